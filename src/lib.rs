@@ -1,0 +1,5 @@
+//! dpledger: per-instance Rényi-DP accounting for DP-SGD training runs.
+//!
+//! See `README.md` for the service and the accounting contract it implements.
+
+pub mod accounting;
