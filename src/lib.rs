@@ -3,3 +3,5 @@
 //! See `README.md` for the service and the accounting contract it implements.
 
 pub mod accounting;
+pub mod cli;
+pub mod ledger;

@@ -1,1 +1,11 @@
-fn main() {}
+//! The `dpledger` binary: see `dpledger --help`.
+
+use clap::Parser;
+
+fn main() {
+    let cli = dpledger::cli::Cli::parse();
+    if let Err(message) = dpledger::cli::run(cli) {
+        eprintln!("error: {message}");
+        std::process::exit(2);
+    }
+}

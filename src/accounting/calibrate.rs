@@ -24,8 +24,17 @@ pub fn noise_for_epsilon(
     validate::delta("delta", delta)?;
     validate::sampling_rate("sampling_rate", q)?;
     let eps = |sigma: f64| {
-        worst_case_epsilon(&[Event::Poisson { q, sigma, count: steps }], orders, delta, conversion)
-            .epsilon
+        worst_case_epsilon(
+            &[Event::Poisson {
+                q,
+                sigma,
+                count: steps,
+            }],
+            orders,
+            delta,
+            conversion,
+        )
+        .epsilon
     };
     if q == 0.0 || steps == 0 {
         return Err(InvalidArgument::new(
@@ -69,9 +78,20 @@ mod tests {
     #[test]
     fn calibrated_sigma_meets_target_tightly() {
         let orders = default_orders();
-        let sigma = noise_for_epsilon(3.0, 1e-5, 0.01, 1000, &orders, Conversion::Improved).unwrap();
+        let sigma =
+            noise_for_epsilon(3.0, 1e-5, 0.01, 1000, &orders, Conversion::Improved).unwrap();
         let at = |s: f64| {
-            worst_case_epsilon(&[Event::Poisson { q: 0.01, sigma: s, count: 1000 }], &orders, 1e-5, Conversion::Improved).epsilon
+            worst_case_epsilon(
+                &[Event::Poisson {
+                    q: 0.01,
+                    sigma: s,
+                    count: 1000,
+                }],
+                &orders,
+                1e-5,
+                Conversion::Improved,
+            )
+            .epsilon
         };
         assert!(at(sigma) <= 3.0);
         assert!(at(sigma * (1.0 - 1e-6)) > 3.0);

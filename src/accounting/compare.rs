@@ -25,7 +25,12 @@ pub struct ComparisonRow {
     pub guarantee: bool,
 }
 
-fn row(method: &str, description: impl Into<String>, epsilon: Option<f64>, guarantee: bool) -> ComparisonRow {
+fn row(
+    method: &str,
+    description: impl Into<String>,
+    epsilon: Option<f64>,
+    guarantee: bool,
+) -> ComparisonRow {
     ComparisonRow {
         method: method.into(),
         description: description.into(),
@@ -55,7 +60,16 @@ pub fn compare(q: f64, sigma: f64, steps: u64, delta: f64) -> Result<Vec<Compari
     let orders = default_orders();
     let mut rows = Vec::new();
 
-    let rdp = worst_case_epsilon(&[Event::Poisson { q, sigma, count: steps }], &orders, delta, Conversion::Improved);
+    let rdp = worst_case_epsilon(
+        &[Event::Poisson {
+            q,
+            sigma,
+            count: steps,
+        }],
+        &orders,
+        delta,
+        Conversion::Improved,
+    );
     rows.push(row(
         "rdp",
         "exact Poisson-subsampled Gaussian RDP (Mironov et al. 2019), improved conversion; what dpledger uses",

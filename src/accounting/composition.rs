@@ -93,17 +93,50 @@ mod tests {
     #[test]
     fn full_batch_poisson_equals_gaussian() {
         let orders = [2.0, 10.0];
-        let a = compose(&[Event::Poisson { q: 1.0, sigma: 2.0, count: 3 }], &orders);
-        let b = compose(&[Event::Gaussian { sigma: 2.0, count: 3 }], &orders);
+        let a = compose(
+            &[Event::Poisson {
+                q: 1.0,
+                sigma: 2.0,
+                count: 3,
+            }],
+            &orders,
+        );
+        let b = compose(
+            &[Event::Gaussian {
+                sigma: 2.0,
+                count: 3,
+            }],
+            &orders,
+        );
         assert_eq!(a, b);
     }
 
     #[test]
     fn composition_adds() {
         let orders = [4.0];
-        let one = compose(&[Event::Poisson { q: 0.01, sigma: 1.0, count: 1 }], &orders)[0];
-        let many = compose(&[Event::Poisson { q: 0.01, sigma: 1.0, count: 1000 }], &orders)[0];
+        let one = compose(
+            &[Event::Poisson {
+                q: 0.01,
+                sigma: 1.0,
+                count: 1,
+            }],
+            &orders,
+        )[0];
+        let many = compose(
+            &[Event::Poisson {
+                q: 0.01,
+                sigma: 1.0,
+                count: 1000,
+            }],
+            &orders,
+        )[0];
         assert!((many - 1000.0 * one).abs() < 1e-12 * many);
-        assert!(Event::Poisson { q: 2.0, sigma: 1.0, count: 1 }.validate().is_err());
+        assert!(Event::Poisson {
+            q: 2.0,
+            sigma: 1.0,
+            count: 1
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -79,7 +79,10 @@ pub fn epsilon_from_rdp(
     for (&a, &r) in orders.iter().zip(rdp) {
         let eps = epsilon_at(a, r, delta, conversion);
         if eps < best.epsilon {
-            best = EpsilonAtOrder { epsilon: eps, order: a };
+            best = EpsilonAtOrder {
+                epsilon: eps,
+                order: a,
+            };
         }
     }
     best.epsilon = best.epsilon.max(0.0);
@@ -120,10 +123,16 @@ pub fn delta_from_rdp(orders: &[f64], rdp: &[f64], epsilon: f64) -> DeltaAtOrder
 /// applied to `RDP(alpha) = alpha rho`, optimised over continuous `alpha > 1`.
 pub fn zcdp_epsilon_exact(rho: f64, delta: f64) -> EpsilonAtOrder {
     if rho == 0.0 {
-        return EpsilonAtOrder { epsilon: 0.0, order: f64::INFINITY };
+        return EpsilonAtOrder {
+            epsilon: 0.0,
+            order: f64::INFINITY,
+        };
     }
     if !rho.is_finite() {
-        return EpsilonAtOrder { epsilon: f64::INFINITY, order: f64::NAN };
+        return EpsilonAtOrder {
+            epsilon: f64::INFINITY,
+            order: f64::NAN,
+        };
     }
     let f = |alpha: f64| epsilon_at(alpha, alpha * rho, delta, Conversion::Improved);
     // The objective is unimodal in t = ln(alpha - 1); scan, then golden-section refine.
@@ -141,7 +150,10 @@ pub fn zcdp_epsilon_exact(rho: f64, delta: f64) -> EpsilonAtOrder {
         }
     }
     let step = (hi_t - lo_t) / n as f64;
-    let (mut a, mut b) = (lo_t + step * (best_i as f64 - 1.0), lo_t + step * (best_i as f64 + 1.0));
+    let (mut a, mut b) = (
+        lo_t + step * (best_i as f64 - 1.0),
+        lo_t + step * (best_i as f64 + 1.0),
+    );
     let phi = 0.5 * (5f64.sqrt() - 1.0);
     let mut c = b - phi * (b - a);
     let mut d = a + phi * (b - a);
@@ -159,7 +171,10 @@ pub fn zcdp_epsilon_exact(rho: f64, delta: f64) -> EpsilonAtOrder {
     }
     let t = 0.5 * (a + b);
     let order = 1.0 + t.exp();
-    EpsilonAtOrder { epsilon: f(order).min(best).max(0.0), order }
+    EpsilonAtOrder {
+        epsilon: f(order).min(best).max(0.0),
+        order,
+    }
 }
 
 /// The simple conversion `rho + 2 sqrt(rho log(1/delta))` (Bun–Steinke; seed 002 Prop. 1).

@@ -32,7 +32,11 @@ impl BucketGrid {
         if top > 1 && (top - 1) as f64 * rounding >= max_norm {
             top -= 1;
         }
-        Ok(Self { max_norm, rounding, top: top.max(1) })
+        Ok(Self {
+            max_norm,
+            rounding,
+            top: top.max(1),
+        })
     }
 
     /// `K`: the index of the top bucket (value `C`).
@@ -119,7 +123,10 @@ mod tests {
             let norm = i as f64 * 1.37e-4;
             let k = g.bucket_of(norm);
             assert!(g.value(k) >= norm.min(1.0), "norm {norm} -> {k}");
-            assert!(k == 0 || g.value(k - 1) < norm, "not minimal: {norm} -> {k}");
+            assert!(
+                k == 0 || g.value(k - 1) < norm,
+                "not minimal: {norm} -> {k}"
+            );
         }
     }
 

@@ -2,8 +2,10 @@
 //!
 //! Used where a closed-form series would cancel catastrophically (see `sgm`). The
 //! integrands we hand it are smooth and non-negative, for which tanh-sinh converges
-//! doubly exponentially; we stop when two successive levels agree to `rel_tol` and
-//! report their difference as the (conservative) error estimate.
+//! doubly exponentially: each halving of the step roughly squares the relative
+//! error. We therefore stop once two successive levels agree to `sqrt(rel_tol)`
+//! and estimate the error of the finer level as `diff² / |I|` (the usual
+//! double-exponential estimate), floored at a few ulps of the result.
 
 use std::f64::consts::FRAC_PI_2;
 
@@ -52,8 +54,12 @@ pub fn tanh_sinh<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, rel_tol: f64) -> (f64,
         let next = half * h * sum;
         let diff = (next - estimate).abs();
         estimate = next;
-        if level >= 3 && (diff <= rel_tol * next.abs() || next == 0.0) {
-            return (next, diff);
+        if next == 0.0 {
+            return (0.0, 0.0);
+        }
+        if level >= 3 && diff <= rel_tol.sqrt() * next.abs() {
+            let err = (diff * diff / next.abs()).max(16.0 * f64::EPSILON * next.abs());
+            return (next, err);
         }
         if level == MAX_LEVELS {
             return (next, diff);
@@ -71,7 +77,10 @@ mod tests {
         let (v, e) = tanh_sinh(|x| x.exp(), 0.0, 1.0, 1e-15);
         assert!((v - (1f64.exp() - 1.0)).abs() < 1e-14, "{v} err {e}");
         let (v, _) = tanh_sinh(|x| (-x * x / 2.0).exp(), -40.0, 40.0, 1e-15);
-        assert!((v - (2.0 * std::f64::consts::PI).sqrt()).abs() < 1e-13, "{v}");
+        assert!(
+            (v - (2.0 * std::f64::consts::PI).sqrt()).abs() < 1e-13,
+            "{v}"
+        );
         let (v, _) = tanh_sinh(|x| 1.0 / (1.0 + x * x), -1.0, 1.0, 1e-15);
         assert!((v - std::f64::consts::FRAC_PI_2).abs() < 1e-14);
     }

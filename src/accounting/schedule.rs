@@ -53,13 +53,20 @@ impl NoiseSchedule {
             }
             NoiseSchedule::Step { k, period } => {
                 if !(k > 0.0 && k < 1.0) {
-                    return Err(InvalidArgument::new("decay", format!("step decay factor must be in (0, 1), got {k}")));
+                    return Err(InvalidArgument::new(
+                        "decay",
+                        format!("step decay factor must be in (0, 1), got {k}"),
+                    ));
                 }
                 if period == 0 {
                     return Err(InvalidArgument::new("period", "must be at least 1"));
                 }
             }
-            NoiseSchedule::Polynomial { k, period, sigma_end } => {
+            NoiseSchedule::Polynomial {
+                k,
+                period,
+                sigma_end,
+            } => {
                 validate::positive("decay", k)?;
                 validate::positive("sigma_end", sigma_end)?;
                 if period == 0 {
@@ -81,7 +88,11 @@ impl NoiseSchedule {
             NoiseSchedule::Time { k } => sigma0 / (1.0 + k * tf),
             NoiseSchedule::Exponential { k } => sigma0 * (-k * tf).exp(),
             NoiseSchedule::Step { k, period } => sigma0 * k.powi((t / period) as i32),
-            NoiseSchedule::Polynomial { k, period, sigma_end } => {
+            NoiseSchedule::Polynomial {
+                k,
+                period,
+                sigma_end,
+            } => {
                 if t >= period {
                     sigma_end
                 } else {
@@ -190,7 +201,11 @@ pub fn plan(req: &PlanRequest) -> Result<SchedulePlan> {
     for t in 0..req.max_epochs {
         let sigma = req.schedule.sigma(req.sigma0, t);
         let event = match req.batching {
-            Batching::Poisson => Event::Poisson { q: req.q, sigma, count: req.steps_per_epoch },
+            Batching::Poisson => Event::Poisson {
+                q: req.q,
+                sigma,
+                count: req.steps_per_epoch,
+            },
             Batching::Shuffle => Event::ShuffledEpoch { sigma, count: 1 },
         };
         for (slot, &a) in rdp.iter_mut().zip(&orders) {
@@ -203,13 +218,20 @@ pub fn plan(req: &PlanRequest) -> Result<SchedulePlan> {
                 let spent = match req.batching {
                     // A Gaussian's RDP curve is exactly alpha·rho: optimise alpha continuously.
                     Batching::Shuffle => zcdp_epsilon_exact(rho, delta).epsilon,
-                    Batching::Poisson => epsilon_from_rdp(&orders, &rdp, delta, Conversion::Improved).epsilon,
+                    Batching::Poisson => {
+                        epsilon_from_rdp(&orders, &rdp, delta, Conversion::Improved).epsilon
+                    }
                 };
                 (spent, epsilon)
             }
         };
         let within_budget = spent <= limit;
-        epochs.push(PlannedEpoch { epoch: t, sigma, spent, within_budget });
+        epochs.push(PlannedEpoch {
+            epoch: t,
+            sigma,
+            spent,
+            within_budget,
+        });
         if !within_budget {
             stop_epoch = Some(t);
             break;
@@ -225,9 +247,16 @@ mod tests {
     #[test]
     fn decay_functions_follow_seed_formulas() {
         assert_eq!(NoiseSchedule::Time { k: 0.5 }.sigma(10.0, 2), 5.0);
-        assert!((NoiseSchedule::Exponential { k: 0.1 }.sigma(10.0, 10) - 10.0 * (-1f64).exp()).abs() < 1e-12);
+        assert!(
+            (NoiseSchedule::Exponential { k: 0.1 }.sigma(10.0, 10) - 10.0 * (-1f64).exp()).abs()
+                < 1e-12
+        );
         assert_eq!(NoiseSchedule::Step { k: 0.5, period: 3 }.sigma(8.0, 7), 2.0);
-        let p = NoiseSchedule::Polynomial { k: 1.0, period: 10, sigma_end: 2.0 };
+        let p = NoiseSchedule::Polynomial {
+            k: 1.0,
+            period: 10,
+            sigma_end: 2.0,
+        };
         assert_eq!(p.sigma(12.0, 5), 7.0);
         assert_eq!(p.sigma(12.0, 50), 2.0);
     }

@@ -25,9 +25,10 @@ use super::special::{log1p_exp, log_add, log_erfc, log_expm1, log_factorials_upt
 /// the floating-point error of the sums here (about 1e-14 relative at worst).
 pub const RELATIVE_ROUNDING_MARGIN: f64 = 1e-12;
 
-/// Series terms are dropped once they are this far (in log space) below the sum:
-/// `exp(-60)` is 1e-26 relative, far below one ulp.
-const NEGLIGIBLE_LOG_GAP: f64 = 60.0;
+/// Terms this far (in log space) below the largest are dropped: each is below
+/// `exp(-45)` = 3e-20 of the sum, so even a thousand of them stay far below
+/// [`RELATIVE_ROUNDING_MARGIN`], which covers them.
+const NEGLIGIBLE_LOG_GAP: f64 = 45.0;
 
 /// Most terms the fractional series may use before we switch to quadrature.
 const MAX_SERIES_TERMS: usize = 4000;
@@ -59,8 +60,30 @@ pub fn sgm_rdp(q: f64, sigma: f64, alpha: f64) -> f64 {
 }
 
 /// RDP of one step at every order of `orders`.
+///
+/// Faster than calling [`sgm_rdp`] per order: the per-term factor
+/// `ln expm1((i²-i)/(2σ²))` of the integer sum depends only on `i`, so it is
+/// computed once for all integer orders (the hot path of the per-bucket tables).
 pub fn sgm_rdp_orders(q: f64, sigma: f64, orders: &[f64]) -> Vec<f64> {
-    orders.iter().map(|&a| sgm_rdp(q, sigma, a)).collect()
+    if q == 0.0 || q == 1.0 || sigma == 0.0 {
+        return orders.iter().map(|&a| sgm_rdp(q, sigma, a)).collect();
+    }
+    let max_integer = orders
+        .iter()
+        .filter(|a| a.is_finite() && a.fract() == 0.0)
+        .fold(0.0f64, |m, &a| m.max(a));
+    let shared = IntegerTerms::new(q, sigma, max_integer as u64);
+    let mut scratch = Vec::new();
+    orders
+        .iter()
+        .map(|&a| {
+            if a.is_finite() && a.fract() == 0.0 {
+                round_up(shared.log_a(a as u64, &mut scratch) / (a - 1.0), 0.0)
+            } else {
+                sgm_rdp(q, sigma, a)
+            }
+        })
+        .collect()
 }
 
 /// RDP of the (unsampled) Gaussian mechanism: `alpha / (2 sigma²)`.
@@ -85,25 +108,80 @@ fn round_up(value: f64, abs_err: f64) -> f64 {
 
 /// `ln A_n` for integer order `n >= 2`, computed as `ln(1 + (A - 1))`.
 fn log_a_integer(q: f64, sigma: f64, n: u64) -> f64 {
-    let log_fact = log_factorials_upto(n);
-    let log_q = q.ln();
-    let log_1mq = (-q).ln_1p();
-    let half_inv_var = 1.0 / (2.0 * sigma * sigma);
-    let nf = n as f64;
-    // A - 1 = sum_{i>=2} C(n,i) q^i (1-q)^(n-i) expm1((i²-i)/(2σ²)); terms i=0,1 vanish.
-    let mut terms = Vec::with_capacity(n as usize);
-    let mut max = f64::NEG_INFINITY;
-    for i in 2..=n {
-        let fi = i as f64;
-        let t = log_fact[n as usize] - log_fact[i as usize] - log_fact[(n - i) as usize]
-            + fi * log_q
-            + (nf - fi) * log_1mq
-            + log_expm1((fi * fi - fi) * half_inv_var);
-        max = max.max(t);
-        terms.push(t);
+    IntegerTerms::new(q, sigma, n).log_a(n, &mut Vec::new())
+}
+
+/// Order-independent parts of the integer-order sum for one `(q, sigma)`.
+///
+/// `A - 1 = sum_{i>=2} C(n,i) q^i (1-q)^(n-i) expm1((i²-i)/(2σ²))`: the terms i = 0, 1
+/// vanish and all others are positive, so nothing cancels even when A ≈ 1.
+struct IntegerTerms {
+    log_q: f64,
+    log_1mq: f64,
+    /// `ln expm1((i²-i)/(2σ²))` for `i = 0..=max_order` (entries 0 and 1 unused).
+    log_expm1_quadratic: Vec<f64>,
+    log_fact: std::borrow::Cow<'static, [f64]>,
+}
+
+impl IntegerTerms {
+    fn new(q: f64, sigma: f64, max_order: u64) -> Self {
+        let half_inv_var = 1.0 / (2.0 * sigma * sigma);
+        let log_expm1_quadratic = (0..=max_order)
+            .map(|i| {
+                let fi = i as f64;
+                if i < 2 {
+                    f64::NEG_INFINITY
+                } else {
+                    log_expm1((fi * fi - fi) * half_inv_var)
+                }
+            })
+            .collect();
+        Self {
+            log_q: q.ln(),
+            log_1mq: (-q).ln_1p(),
+            log_expm1_quadratic,
+            log_fact: log_factorials_upto(max_order),
+        }
     }
-    let log_a_minus_1 = max + sum_exp_shifted(&terms, max).ln();
-    log1p_exp(log_a_minus_1)
+
+    /// `ln A_n`. Terms are visited in blocks; a block is skipped when a rigorous
+    /// upper bound on its terms lies [`NEGLIGIBLE_LOG_GAP`] below a term already
+    /// seen. The bound holds because the binomial part `ln C(n,i) q^i (1-q)^(n-i)`
+    /// is concave in `i` (its block maximum sits at the clamped mode) and the
+    /// `expm1` factor increases with `i`.
+    fn log_a(&self, n: u64, terms: &mut Vec<f64>) -> f64 {
+        const BLOCK: usize = 32;
+        let n_usize = n as usize;
+        let lf = &self.log_fact[..=n_usize];
+        let lq_ratio = self.log_q - self.log_1mq;
+        let base = lf[n_usize] + n as f64 * self.log_1mq;
+        let binomial = |i: usize| base - lf[i] - lf[n_usize - i] + i as f64 * lq_ratio;
+        let term = |i: usize| binomial(i) + self.log_expm1_quadratic[i];
+        let mode = (((n + 1) as f64 * self.log_q.exp()).floor() as usize).clamp(2, n_usize);
+        let blocks: Vec<(usize, usize)> = (2..=n_usize)
+            .step_by(BLOCK)
+            .map(|a| (a, (a + BLOCK - 1).min(n_usize)))
+            .collect();
+        // A lower bound on the largest term: a few exact terms per block.
+        let mut known = term(mode).max(term(n_usize));
+        let bounds: Vec<f64> = blocks
+            .iter()
+            .map(|&(a, b)| {
+                let peak = mode.clamp(a, b);
+                known = known.max(term(peak)).max(term(b));
+                binomial(peak) + self.log_expm1_quadratic[b]
+            })
+            .collect();
+        terms.clear();
+        for (&(a, b), &bound) in blocks.iter().zip(&bounds) {
+            if bound >= known - NEGLIGIBLE_LOG_GAP {
+                terms.extend((a..=b).map(term));
+            }
+        }
+        let max = terms.iter().copied().fold(known, f64::max);
+        let log_a_minus_1 = max + sum_exp_shifted(terms, max).ln();
+        log1p_exp(log_a_minus_1)
+    }
 }
 
 /// `sum exp(t - shift)` over the terms that are not negligible.
@@ -246,8 +324,8 @@ fn log_a_fractional_quadrature(q: f64, sigma: f64, alpha: f64) -> (f64, f64) {
     // Scale by the integrand's largest sampled value so nothing overflows.
     let mut scale = f64::NEG_INFINITY;
     for w in points.windows(2) {
-        for k in 0..=64 {
-            let z = w[0] + (w[1] - w[0]) * k as f64 / 64.0;
+        for k in 0..=16 {
+            let z = w[0] + (w[1] - w[0]) * k as f64 / 16.0;
             scale = scale.max(log_integrand(z));
         }
     }
@@ -316,15 +394,21 @@ mod tests {
     #[test]
     fn integer_order_two_closed_form() {
         // A_2 = 1 + q² (e^{1/σ²} - 1).
-        for &(q, s) in &[(0.01, 1.1), (1e-7, 0.5), (0.5, 3.0), (0.9, 0.3)] {
-            let exact = (q * q * (1.0 / (s * s) as f64).exp_m1()).ln_1p();
+        for &(q, s) in &[(0.01f64, 1.1f64), (1e-7, 0.5), (0.5, 3.0), (0.9, 0.3)] {
+            let exact = (q * q * (1.0 / (s * s)).exp_m1()).ln_1p();
             assert!(rel(sgm_rdp(q, s, 2.0), exact) < 1e-11, "q={q} s={s}");
         }
     }
 
     #[test]
     fn fractional_between_neighbouring_integers() {
-        for &(q, s) in &[(0.01, 1.0), (1e-5, 2.0), (0.3, 0.8), (0.5, 100.0), (1e-7, 0.3)] {
+        for &(q, s) in &[
+            (0.01, 1.0),
+            (1e-5, 2.0),
+            (0.3, 0.8),
+            (0.5, 100.0),
+            (1e-7, 0.3),
+        ] {
             let lo = sgm_rdp(q, s, 2.0);
             let mid = sgm_rdp(q, s, 2.5);
             let hi = sgm_rdp(q, s, 3.0);
@@ -334,19 +418,35 @@ mod tests {
 
     #[test]
     fn series_and_quadrature_agree_where_both_apply() {
-        for &(q, s, a) in &[(0.1, 1.0, 2.5), (0.05, 0.8, 10.9), (0.3, 2.0, 1.5), (0.01, 0.5, 20.5)] {
+        for &(q, s, a) in &[
+            (0.1, 1.0, 2.5),
+            (0.05, 0.8, 10.9),
+            (0.3, 2.0, 1.5),
+            (0.01, 0.5, 20.5),
+        ] {
             let (series, _) = log_a_fractional_series(q, s, a).expect("series applies");
             let (quad, _) = log_a_fractional_quadrature(q, s, a);
-            assert!(rel(series, quad) < 1e-10, "q={q} s={s} a={a}: {series} vs {quad}");
+            assert!(
+                rel(series, quad) < 1e-10,
+                "q={q} s={s} a={a}: {series} vs {quad}"
+            );
         }
     }
 
     #[test]
     fn quadrature_reproduces_integer_orders() {
-        for &(q, s, a) in &[(1e-7, 1.0, 2u64), (0.01, 5.0, 3), (0.001, 0.5, 8), (0.2, 1.5, 16)] {
+        for &(q, s, a) in &[
+            (1e-7, 1.0, 2u64),
+            (0.01, 5.0, 3),
+            (0.001, 0.5, 8),
+            (0.2, 1.5, 16),
+        ] {
             let exact = log_a_integer(q, s, a);
             let (quad, _) = log_a_fractional_quadrature(q, s, a as f64);
-            assert!(rel(quad, exact) < 1e-10, "q={q} s={s} a={a}: {quad} vs {exact}");
+            assert!(
+                rel(quad, exact) < 1e-10,
+                "q={q} s={s} a={a}: {quad} vs {exact}"
+            );
         }
     }
 }

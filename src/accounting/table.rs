@@ -6,7 +6,7 @@
 //! that determines them.
 
 use super::grid::BucketGrid;
-use super::sgm::{gaussian_rdp, sgm_rdp};
+use super::sgm::{gaussian_rdp, sgm_rdp_orders};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -28,11 +28,17 @@ pub enum StepMechanism {
 }
 
 impl StepMechanism {
-    /// RDP at `alpha` for an example with effective noise multiplier `sigma_eff`.
-    fn rdp(&self, sigma_eff: f64, alpha: f64) -> f64 {
+    /// RDP at every order for an example with effective noise multiplier `sigma_eff`.
+    fn rdp_orders(&self, sigma_eff: f64, orders: &[f64], out: &mut [f64]) {
         match *self {
-            StepMechanism::Poisson { q, .. } => sgm_rdp(q, sigma_eff, alpha),
-            StepMechanism::Gaussian { .. } => gaussian_rdp(sigma_eff, alpha),
+            StepMechanism::Poisson { q, .. } => {
+                out.copy_from_slice(&sgm_rdp_orders(q, sigma_eff, orders))
+            }
+            StepMechanism::Gaussian { .. } => {
+                for (slot, &a) in out.iter_mut().zip(orders) {
+                    *slot = gaussian_rdp(sigma_eff, a);
+                }
+            }
         }
     }
 
@@ -51,17 +57,40 @@ pub struct RdpTable {
 }
 
 impl RdpTable {
-    /// Compute the table for `mechanism` over `grid` at `orders`.
+    /// Compute the table for `mechanism` over `grid` at `orders` on one thread.
     pub fn compute(grid: &BucketGrid, mechanism: StepMechanism, orders: &[f64]) -> Self {
+        Self::compute_with_threads(grid, mechanism, orders, 1)
+    }
+
+    /// Compute the table with up to `threads` threads, each taking a contiguous
+    /// share of the buckets. Rows are independent, so the result is bit-identical
+    /// to the single-threaded one.
+    pub fn compute_with_threads(
+        grid: &BucketGrid,
+        mechanism: StepMechanism,
+        orders: &[f64],
+        threads: usize,
+    ) -> Self {
+        let m = orders.len().max(1);
         let mut values = vec![0.0; grid.len() * orders.len()];
-        for k in 1..=grid.top() {
-            let sigma_eff = grid.effective_sigma(mechanism.sigma(), k);
-            let row = &mut values[k as usize * orders.len()..(k as usize + 1) * orders.len()];
-            for (slot, &alpha) in row.iter_mut().zip(orders) {
-                *slot = mechanism.rdp(sigma_eff, alpha);
+        let rows_per_thread = grid.len().div_ceil(threads.max(1));
+        std::thread::scope(|scope| {
+            for (chunk_index, chunk) in values.chunks_mut(rows_per_thread * m).enumerate() {
+                scope.spawn(move || {
+                    for (offset, row) in chunk.chunks_mut(m).enumerate() {
+                        let k = (chunk_index * rows_per_thread + offset) as u32;
+                        if k > 0 {
+                            let sigma_eff = grid.effective_sigma(mechanism.sigma(), k);
+                            mechanism.rdp_orders(sigma_eff, orders, row);
+                        }
+                    }
+                });
             }
+        });
+        Self {
+            orders: orders.len(),
+            values,
         }
-        Self { orders: orders.len(), values }
     }
 
     /// The RDP vector of bucket `k`.
@@ -120,12 +149,20 @@ impl TableCache {
     ///
     /// The lock is not held while computing, so two threads may compute the same
     /// table once each; both results are identical and the first one is kept.
-    pub fn get(&self, grid: &BucketGrid, mechanism: StepMechanism, orders: &[f64]) -> Arc<RdpTable> {
+    pub fn get(
+        &self,
+        grid: &BucketGrid,
+        mechanism: StepMechanism,
+        orders: &[f64],
+    ) -> Arc<RdpTable> {
         let key = TableKey::new(grid, mechanism, orders);
         if let Some(t) = self.lock().get(&key) {
             return t.clone();
         }
-        let table = Arc::new(RdpTable::compute(grid, mechanism, orders));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let table = Arc::new(RdpTable::compute_with_threads(
+            grid, mechanism, orders, threads,
+        ));
         self.lock().entry(key).or_insert(table).clone()
     }
 
@@ -149,12 +186,16 @@ impl TableCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::accounting::sgm::sgm_rdp;
 
     #[test]
     fn top_row_is_the_worst_case_and_rows_are_monotone() {
         let grid = BucketGrid::new(1.0, 0.01).unwrap();
         let orders = [1.5, 2.0, 8.0, 64.0];
-        let mech = StepMechanism::Poisson { q: 0.01, sigma: 1.1 };
+        let mech = StepMechanism::Poisson {
+            q: 0.01,
+            sigma: 1.1,
+        };
         let table = RdpTable::compute(&grid, mech, &orders);
         assert_eq!(table.buckets(), 101);
         assert!(table.row(0).iter().all(|&v| v == 0.0));
@@ -164,6 +205,20 @@ mod tests {
                 assert!(table.row(k)[j] >= table.row(k - 1)[j]);
             }
         }
+    }
+
+    #[test]
+    fn threaded_table_is_bit_identical() {
+        let grid = BucketGrid::new(1.0, 0.05).unwrap();
+        let mech = StepMechanism::Poisson {
+            q: 0.02,
+            sigma: 0.9,
+        };
+        let orders = [1.5, 2.0, 7.0, 12.5];
+        assert_eq!(
+            RdpTable::compute(&grid, mech, &orders),
+            RdpTable::compute_with_threads(&grid, mech, &orders, 3)
+        );
     }
 
     #[test]

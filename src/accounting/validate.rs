@@ -8,7 +8,10 @@ pub fn sampling_rate(name: &str, q: f64) -> Result<f64> {
     if q.is_finite() && (0.0..=1.0).contains(&q) {
         Ok(q)
     } else {
-        Err(InvalidArgument::new(name, format!("must be in [0, 1], got {q}")))
+        Err(InvalidArgument::new(
+            name,
+            format!("must be in [0, 1], got {q}"),
+        ))
     }
 }
 
@@ -17,7 +20,10 @@ pub fn noise_multiplier(name: &str, sigma: f64) -> Result<f64> {
     if sigma.is_finite() && sigma >= 0.0 {
         Ok(sigma)
     } else {
-        Err(InvalidArgument::new(name, format!("must be a finite number >= 0, got {sigma}")))
+        Err(InvalidArgument::new(
+            name,
+            format!("must be a finite number >= 0, got {sigma}"),
+        ))
     }
 }
 
@@ -27,7 +33,10 @@ pub fn positive_noise_multiplier(name: &str, sigma: f64) -> Result<f64> {
     if sigma.is_finite() && sigma > 0.0 {
         Ok(sigma)
     } else {
-        Err(InvalidArgument::new(name, format!("must be a finite number > 0, got {sigma}")))
+        Err(InvalidArgument::new(
+            name,
+            format!("must be a finite number > 0, got {sigma}"),
+        ))
     }
 }
 
@@ -36,7 +45,10 @@ pub fn delta(name: &str, delta: f64) -> Result<f64> {
     if delta.is_finite() && delta > 0.0 && delta < 1.0 {
         Ok(delta)
     } else {
-        Err(InvalidArgument::new(name, format!("must be in (0, 1), got {delta}")))
+        Err(InvalidArgument::new(
+            name,
+            format!("must be in (0, 1), got {delta}"),
+        ))
     }
 }
 
@@ -45,7 +57,10 @@ pub fn positive(name: &str, x: f64) -> Result<f64> {
     if x.is_finite() && x > 0.0 {
         Ok(x)
     } else {
-        Err(InvalidArgument::new(name, format!("must be a finite number > 0, got {x}")))
+        Err(InvalidArgument::new(
+            name,
+            format!("must be a finite number > 0, got {x}"),
+        ))
     }
 }
 
@@ -54,7 +69,10 @@ pub fn non_negative(name: &str, x: f64) -> Result<f64> {
     if x.is_finite() && x >= 0.0 {
         Ok(x)
     } else {
-        Err(InvalidArgument::new(name, format!("must be a finite number >= 0, got {x}")))
+        Err(InvalidArgument::new(
+            name,
+            format!("must be a finite number >= 0, got {x}"),
+        ))
     }
 }
 
@@ -64,7 +82,10 @@ pub fn orders(name: &str, orders: &[f64]) -> Result<Vec<f64>> {
         return Err(InvalidArgument::new(name, "must list at least one order"));
     }
     if let Some(bad) = orders.iter().find(|a| a.is_nan() || **a <= 1.0) {
-        return Err(InvalidArgument::new(name, format!("every order must be > 1, got {bad}")));
+        return Err(InvalidArgument::new(
+            name,
+            format!("every order must be > 1, got {bad}"),
+        ));
     }
     let mut sorted = orders.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -96,6 +117,9 @@ mod tests {
         assert!(delta("delta", 1.0).is_err());
         assert!(orders("orders", &[1.0, 2.0]).is_err());
         assert!(parse_orders("orders", "2,x").is_err());
-        assert_eq!(parse_orders("orders", "32, 2,2,1.5").unwrap(), vec![1.5, 2.0, 32.0]);
+        assert_eq!(
+            parse_orders("orders", "32, 2,2,1.5").unwrap(),
+            vec![1.5, 2.0, 32.0]
+        );
     }
 }

@@ -1,0 +1,178 @@
+//! A dataset's ledger configuration (issue 3, item 1).
+
+use crate::accounting::error::{InvalidArgument, Result};
+use crate::accounting::grid::BucketGrid;
+use crate::accounting::orders::ledger_orders;
+use crate::accounting::validate;
+use serde::{Deserialize, Serialize};
+
+/// Largest number of examples: ids are kept as `u32` in the filter's queue, and
+/// at ~530 bytes per example more would not fit in memory anyway.
+pub const MAX_EXAMPLES: u64 = u32::MAX as u64;
+
+/// Largest number of Rényi orders: every order costs 8 bytes per example.
+pub const MAX_ORDERS: usize = 256;
+
+/// How batches are drawn. The accounting differs fundamentally between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Sampling {
+    /// Each example joins each step independently with probability `rate`
+    /// (amplification by sampling; every step charges every example).
+    Poisson {
+        /// Default sampling rate `q`; a step may override it.
+        rate: f64,
+    },
+    /// Fixed-size batches of a shuffled dataset: each example is in at most one
+    /// batch per epoch and is charged only at the step that processed it.
+    Shuffle {
+        /// Batch size `b`; an epoch is `ceil(n / b)` steps.
+        batch_size: u64,
+    },
+}
+
+/// Who clips gradients at which norm; decides whether per-example numbers are a
+/// guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clipping {
+    /// The trainer clips every example at the threshold the ledger gave it
+    /// (spec §3): per-example numbers are a guarantee.
+    #[default]
+    PerExample,
+    /// The trainer clips at `C` for everyone (the seed's Algorithm 1 as published):
+    /// the same arithmetic, but per-example numbers are only an estimate.
+    Global,
+}
+
+/// Per-example privacy budget for the individual filter (spec §7).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndividualBudget {
+    /// The epsilon no example may exceed (at `delta`).
+    pub epsilon: f64,
+    /// The delta at which `epsilon` is promised.
+    pub delta: f64,
+}
+
+/// Everything fixed when a dataset's ledger is created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    /// Number of examples `n`; ids are `0..n`.
+    pub examples: u64,
+    /// Maximum clipping norm `C`.
+    pub max_grad_norm: f64,
+    /// Rounding precision `r` of thresholds (default `C / 100`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounding: Option<f64>,
+    /// Default noise multiplier `sigma`; a step may override it.
+    pub noise_multiplier: f64,
+    /// How batches are drawn.
+    pub sampling: Sampling,
+    /// Rényi orders (default [`ledger_orders`], 64 orders). Sorted and deduplicated
+    /// by the ledger; every RDP vector it reports follows the sorted list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orders: Option<Vec<f64>>,
+    /// Delta at which epsilons are reported by default.
+    pub delta: f64,
+    /// Who clips; `global` marks every per-example number as an estimate.
+    #[serde(default)]
+    pub clipping: Clipping,
+    /// Optional individual budget: enables the individual filter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub individual_budget: Option<IndividualBudget>,
+}
+
+impl DatasetConfig {
+    /// A Poisson-sampled, per-example-clipped configuration with the defaults
+    /// (rounding `C/100`, the 64 ledger orders, no individual budget).
+    pub fn poisson(examples: u64, max_grad_norm: f64, noise_multiplier: f64, rate: f64, delta: f64) -> Self {
+        Self {
+            examples,
+            max_grad_norm,
+            rounding: None,
+            noise_multiplier,
+            sampling: Sampling::Poisson { rate },
+            orders: None,
+            delta,
+            clipping: Clipping::PerExample,
+            individual_budget: None,
+        }
+    }
+
+    /// Check every field, naming the first bad one (`sampling.rate`,
+    /// `individual_budget.epsilon`, ...).
+    pub fn validate(&self) -> Result<()> {
+        if self.examples == 0 || self.examples > MAX_EXAMPLES {
+            return Err(InvalidArgument::new(
+                "examples",
+                format!("must be between 1 and {MAX_EXAMPLES}, got {}", self.examples),
+            ));
+        }
+        self.grid()?;
+        validate::positive_noise_multiplier("noise_multiplier", self.noise_multiplier)?;
+        match self.sampling {
+            Sampling::Poisson { rate } => {
+                validate::sampling_rate("sampling.rate", rate)?;
+            }
+            Sampling::Shuffle { batch_size } => {
+                if batch_size == 0 || batch_size > self.examples {
+                    return Err(InvalidArgument::new(
+                        "sampling.batch_size",
+                        format!(
+                            "must be between 1 and examples = {}, got {batch_size}",
+                            self.examples
+                        ),
+                    ));
+                }
+            }
+        }
+        self.sorted_orders()?;
+        validate::delta("delta", self.delta)?;
+        if let Some(budget) = self.individual_budget {
+            validate::positive("individual_budget.epsilon", budget.epsilon)?;
+            validate::delta("individual_budget.delta", budget.delta)?;
+        }
+        Ok(())
+    }
+
+    /// The rounding precision in force: `rounding`, or `C / 100` when absent.
+    pub fn effective_rounding(&self) -> f64 {
+        self.rounding.unwrap_or(self.max_grad_norm / 100.0)
+    }
+
+    /// The bucket grid of this configuration.
+    pub fn grid(&self) -> Result<BucketGrid> {
+        validate::positive("max_grad_norm", self.max_grad_norm)?;
+        BucketGrid::new(self.max_grad_norm, self.effective_rounding())
+    }
+
+    /// The orders the ledger keeps: sorted, without duplicates, all finite (an
+    /// infinite order has infinite RDP for every Gaussian step, which would turn the
+    /// prefix-sum differences into NaN).
+    pub fn sorted_orders(&self) -> Result<Vec<f64>> {
+        let orders = match &self.orders {
+            Some(list) => validate::orders("orders", list)?,
+            None => ledger_orders(),
+        };
+        if let Some(bad) = orders.iter().find(|a| !a.is_finite()) {
+            return Err(InvalidArgument::new(
+                "orders",
+                format!("every order must be finite, got {bad}"),
+            ));
+        }
+        if orders.len() > MAX_ORDERS {
+            return Err(InvalidArgument::new(
+                "orders",
+                format!("at most {MAX_ORDERS} orders (8 bytes per example each), got {}", orders.len()),
+            ));
+        }
+        Ok(orders)
+    }
+
+    /// True when per-example numbers are a guarantee (per-example clipping).
+    pub fn is_guarantee(&self) -> bool {
+        self.clipping == Clipping::PerExample
+    }
+}

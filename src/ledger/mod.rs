@@ -1,0 +1,1 @@
+//! Per-example RDP ledgers and the step protocol (spec §3).
