@@ -5,3 +5,4 @@
 pub mod accounting;
 pub mod cli;
 pub mod ledger;
+pub mod store;

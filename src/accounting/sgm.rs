@@ -120,6 +120,11 @@ struct IntegerTerms {
     log_1mq: f64,
     /// `ln expm1((i²-i)/(2σ²))` for `i = 0..=max_order` (entries 0 and 1 unused).
     log_expm1_quadratic: Vec<f64>,
+    /// `q/(1-q) · expm1(((i+1)²-(i+1))c) / expm1((i²-i)c)`: with `(n-i)/(i+1)` this is
+    /// the ratio of consecutive terms (may be `inf` for huge orders; see `log_a`).
+    step_ratio: Vec<f64>,
+    /// `1 / (i + 1)`.
+    inverse: Vec<f64>,
     log_fact: std::borrow::Cow<'static, [f64]>,
 }
 
@@ -136,10 +141,23 @@ impl IntegerTerms {
                 }
             })
             .collect();
+        let (log_q, log_1mq) = (q.ln(), (-q).ln_1p());
+        let log_expm1_quadratic: Vec<f64> = log_expm1_quadratic;
+        let step_ratio = (0..=max_order as usize)
+            .map(|i| {
+                if i < 2 || i >= max_order as usize {
+                    f64::NAN
+                } else {
+                    (log_q - log_1mq + log_expm1_quadratic[i + 1] - log_expm1_quadratic[i]).exp()
+                }
+            })
+            .collect();
         Self {
-            log_q: q.ln(),
-            log_1mq: (-q).ln_1p(),
+            log_q,
+            log_1mq,
             log_expm1_quadratic,
+            step_ratio,
+            inverse: (0..=max_order).map(|i| 1.0 / (i + 1) as f64).collect(),
             log_fact: log_factorials_upto(max_order),
         }
     }
@@ -158,28 +176,52 @@ impl IntegerTerms {
         let binomial = |i: usize| base - lf[i] - lf[n_usize - i] + i as f64 * lq_ratio;
         let term = |i: usize| binomial(i) + self.log_expm1_quadratic[i];
         let mode = (((n + 1) as f64 * self.log_q.exp()).floor() as usize).clamp(2, n_usize);
-        let blocks: Vec<(usize, usize)> = (2..=n_usize)
-            .step_by(BLOCK)
-            .map(|a| (a, (a + BLOCK - 1).min(n_usize)))
-            .collect();
+        let block_of = |a: usize| (a, (a + BLOCK - 1).min(n_usize));
+        let starts = (2..=n_usize).step_by(BLOCK);
+        // Upper bound on the terms of block [a, b].
+        let bound = |a: usize, b: usize| binomial(mode.clamp(a, b)) + self.log_expm1_quadratic[b];
         // A lower bound on the largest term: a few exact terms per block.
         let mut known = term(mode).max(term(n_usize));
-        let bounds: Vec<f64> = blocks
-            .iter()
-            .map(|&(a, b)| {
-                let peak = mode.clamp(a, b);
-                known = known.max(term(peak)).max(term(b));
-                binomial(peak) + self.log_expm1_quadratic[b]
-            })
-            .collect();
-        terms.clear();
-        for (&(a, b), &bound) in blocks.iter().zip(&bounds) {
-            if bound >= known - NEGLIGIBLE_LOG_GAP {
-                terms.extend((a..=b).map(term));
+        for (a, b) in starts.clone().map(block_of) {
+            known = known.max(term(mode.clamp(a, b))).max(term(b));
+        }
+        let included = || {
+            starts
+                .clone()
+                .map(block_of)
+                .filter(move |&(a, b)| bound(a, b) >= known - NEGLIGIBLE_LOG_GAP)
+        };
+        // Fast path: sum exp(t_i - shift) with shift = the largest block bound (>= every
+        // term, so nothing overflows), stepping from term to term by their ratio
+        // (three multiplications instead of an exp). A value that becomes tiny is
+        // recomputed exactly, so underflow cannot drop a term that matters.
+        let shift = included()
+            .map(|(a, b)| bound(a, b))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let mut sum = 0.0f64;
+        for (a, b) in included() {
+            let mut v = (term(a) - shift).exp();
+            sum += v;
+            for i in a..b {
+                v = if v > 1e-200 {
+                    v * ((n_usize - i) as f64 * self.inverse[i]) * self.step_ratio[i]
+                } else {
+                    (term(i + 1) - shift).exp()
+                };
+                sum += v;
             }
         }
-        let max = terms.iter().copied().fold(known, f64::max);
-        let log_a_minus_1 = max + sum_exp_shifted(terms, max).ln();
+        let log_a_minus_1 = if sum.is_finite() && sum > 1e-250 {
+            shift + sum.ln()
+        } else {
+            // The shift was far above the terms: sum in log space instead.
+            terms.clear();
+            for (a, b) in included() {
+                terms.extend((a..=b).map(term));
+            }
+            let max = terms.iter().copied().fold(known, f64::max);
+            max + sum_exp_shifted(terms, max).ln()
+        };
         log1p_exp(log_a_minus_1)
     }
 }

@@ -1,0 +1,1 @@
+//! Durable event log (issue 4).
