@@ -3,6 +3,7 @@
 //! See `README.md` for the service and the accounting contract it implements.
 
 pub mod accounting;
+pub mod api;
 pub mod cli;
 pub mod ledger;
 pub mod store;

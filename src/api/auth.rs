@@ -1,0 +1,347 @@
+//! Bearer-JWT authorisation. Every handler names the exact object it touches and
+//! asks [`Claims`] whether the token covers it.
+//!
+//! Roles: `admin` (everything), `curator` (all of one dataset), `trainer` (report
+//! steps and read thresholds of one dataset), `owner` (one dataset and a listed set
+//! of example ids: their own privacy only), `viewer` (DP-released aggregates and
+//! the public worst case of one dataset).
+//!
+//! Tokens are HS256-signed with a server secret by default; alternatively the server
+//! verifies tokens of an external identity provider with its public key (EdDSA or
+//! RS256), in which case it cannot mint tokens itself.
+
+use super::problem::Problem;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Issuer written into (and required of) tokens the server mints.
+pub const ISSUER: &str = "dpledger";
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything, including creating datasets.
+    Admin,
+    /// Everything about one dataset.
+    Curator,
+    /// Report steps and refreshes, read thresholds, of one dataset.
+    Trainer,
+    /// Read the privacy of listed examples of one dataset.
+    Owner,
+    /// Read DP-released aggregates and the worst case of one dataset.
+    Viewer,
+}
+
+/// The claims of a dpledger token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claims {
+    /// Subject: who the token was issued to (free text, for audit).
+    pub sub: String,
+    /// The role.
+    pub role: Role,
+    /// The dataset the token is limited to (required for every role but admin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
+    /// Owner tokens: the example ids whose privacy the holder may read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub examples: Option<BTreeSet<u64>>,
+    /// Expiry (seconds since the epoch).
+    pub exp: u64,
+    /// Issued at (seconds since the epoch).
+    pub iat: u64,
+    /// Issuer.
+    pub iss: String,
+}
+
+/// What an endpoint touches, for [`Claims::authorize`].
+#[derive(Debug, Clone, Copy)]
+pub enum Access<'a> {
+    /// Create or list all datasets, server-wide operations.
+    Admin,
+    /// Manage a dataset (archive, releases, labels).
+    Curate(&'a str),
+    /// Report steps or refreshes, read thresholds and status.
+    Train(&'a str),
+    /// Read one example's privacy.
+    Example(&'a str, u64),
+    /// Read DP-released aggregates and the worst case.
+    View(&'a str),
+    /// Use the stateless accountant (any valid token).
+    Accountant,
+}
+
+impl Claims {
+    /// Allow or refuse `access`. The refusal says which permission is missing and
+    /// nothing about the object.
+    pub fn authorize(&self, access: Access<'_>) -> Result<(), Problem> {
+        if self.role == Role::Admin {
+            return Ok(());
+        }
+        let own = |d: &str| self.dataset.as_deref() == Some(d);
+        let allowed = match access {
+            Access::Admin => false,
+            Access::Accountant => true,
+            Access::Curate(d) => self.role == Role::Curator && own(d),
+            Access::Train(d) => matches!(self.role, Role::Curator | Role::Trainer) && own(d),
+            Access::Example(d, id) => match self.role {
+                Role::Curator => own(d),
+                Role::Owner => own(d) && self.examples.as_ref().is_some_and(|e| e.contains(&id)),
+                _ => false,
+            },
+            Access::View(d) => own(d),
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(Problem::forbidden(
+                format!(
+                    "this {:?} token does not grant {}",
+                    self.role,
+                    match access {
+                        Access::Admin => "administration",
+                        Access::Accountant => "the accountant",
+                        Access::Curate(_) => "curating this dataset",
+                        Access::Train(_) => "training access to this dataset",
+                        Access::Example(..) => "access to this example",
+                        Access::View(_) => "viewing this dataset",
+                    }
+                )
+                .to_lowercase(),
+            ))
+        }
+    }
+
+    /// Whether the token may see dataset `d` at all (for listings).
+    pub fn sees_dataset(&self, d: &str) -> bool {
+        self.role == Role::Admin || self.dataset.as_deref() == Some(d)
+    }
+}
+
+/// Verifies (and, with a local secret, mints) tokens.
+pub struct Authorizer {
+    decoding: DecodingKey,
+    encoding: Option<EncodingKey>,
+    validation: Validation,
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.debug_struct("Authorizer")
+            .field("can_mint", &self.encoding.is_some())
+            .field("algorithms", &self.validation.algorithms)
+            .finish()
+    }
+}
+
+impl Authorizer {
+    /// HS256 with a server secret: verifies and mints.
+    pub fn hs256(secret: &[u8]) -> Self {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_issuer(&[ISSUER]);
+        Self {
+            decoding: DecodingKey::from_secret(secret),
+            encoding: Some(EncodingKey::from_secret(secret)),
+            validation,
+        }
+    }
+
+    /// An external identity provider's public key (PEM): verifies only.
+    pub fn external(
+        pem: &[u8],
+        algorithm: Algorithm,
+        issuer: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let decoding = match algorithm {
+            Algorithm::EdDSA => DecodingKey::from_ed_pem(pem)?,
+            Algorithm::RS256 => DecodingKey::from_rsa_pem(pem)?,
+            other => anyhow::bail!("unsupported algorithm {other:?}: use EdDSA or RS256"),
+        };
+        let mut validation = Validation::new(algorithm);
+        if let Some(iss) = issuer {
+            validation.set_issuer(&[iss]);
+        }
+        Ok(Self {
+            decoding,
+            encoding: None,
+            validation,
+        })
+    }
+
+    /// Verify a bearer token. Errors never echo the token.
+    pub fn verify(&self, token: &str) -> Result<Claims, Problem> {
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|e| {
+                Problem::unauthorized(format!("invalid bearer token: {}", describe(&e)))
+            })?;
+        let claims = data.claims;
+        if claims.role != Role::Admin && claims.dataset.is_none() {
+            return Err(Problem::unauthorized(
+                "invalid bearer token: a non-admin token must name a dataset",
+            ));
+        }
+        if claims.role == Role::Owner && claims.examples.as_ref().is_none_or(|e| e.is_empty()) {
+            return Err(Problem::unauthorized(
+                "invalid bearer token: an owner token must list its examples",
+            ));
+        }
+        Ok(claims)
+    }
+
+    /// Mint a token (HS256 mode only).
+    pub fn mint(&self, claims: &Claims) -> anyhow::Result<String> {
+        let key = self.encoding.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "this server verifies an external identity provider's tokens and cannot mint"
+            )
+        })?;
+        Ok(jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            key,
+        )?)
+    }
+}
+
+fn describe(e: &jsonwebtoken::errors::Error) -> &'static str {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match e.kind() {
+        K::ExpiredSignature => "expired",
+        K::InvalidSignature => "bad signature",
+        K::InvalidIssuer => "wrong issuer",
+        K::InvalidAlgorithm => "wrong algorithm",
+        K::Json(_) => "malformed claims",
+        _ => "malformed",
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Build claims for `dpledger token`.
+pub fn claims_for(
+    sub: &str,
+    role: Role,
+    dataset: Option<String>,
+    examples: Option<BTreeSet<u64>>,
+    ttl_seconds: u64,
+) -> anyhow::Result<Claims> {
+    if role != Role::Admin && dataset.is_none() {
+        anyhow::bail!("--dataset is required for role {role:?}");
+    }
+    if role == Role::Owner && examples.as_ref().is_none_or(|e| e.is_empty()) {
+        anyhow::bail!("--examples is required for role owner");
+    }
+    if role != Role::Owner && examples.is_some() {
+        anyhow::bail!("--examples only applies to role owner");
+    }
+    let now = now_seconds();
+    Ok(Claims {
+        sub: sub.to_string(),
+        role,
+        dataset,
+        examples,
+        exp: now + ttl_seconds,
+        iat: now,
+        iss: ISSUER.to_string(),
+    })
+}
+
+/// Parse a TTL such as `30d`, `12h`, `15m`, `90s` or a number of seconds.
+pub fn parse_ttl(text: &str) -> anyhow::Result<u64> {
+    let text = text.trim();
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| anyhow::anyhow!("invalid --ttl {text:?}: expected e.g. 30d, 12h, 15m, 90s"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => anyhow::bail!("invalid --ttl {text:?}: unit must be s, m, h or d"),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| anyhow::anyhow!("invalid --ttl {text:?}: too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(
+        auth: &Authorizer,
+        role: Role,
+        dataset: Option<&str>,
+        examples: Option<&[u64]>,
+    ) -> Claims {
+        let claims = claims_for(
+            "test",
+            role,
+            dataset.map(String::from),
+            examples.map(|e| e.iter().copied().collect()),
+            3600,
+        )
+        .unwrap();
+        let jwt = auth.mint(&claims).unwrap();
+        auth.verify(&jwt).unwrap()
+    }
+
+    #[test]
+    fn owner_sees_only_its_examples_of_its_dataset() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        let owner = token(&auth, Role::Owner, Some("d1"), Some(&[7]));
+        assert!(owner.authorize(Access::Example("d1", 7)).is_ok());
+        assert!(owner.authorize(Access::Example("d1", 8)).is_err());
+        assert!(owner.authorize(Access::Example("d2", 7)).is_err());
+        assert!(owner.authorize(Access::Train("d1")).is_err());
+        assert!(owner.authorize(Access::View("d1")).is_ok());
+        assert!(owner.authorize(Access::Admin).is_err());
+    }
+
+    #[test]
+    fn trainer_and_viewer_scopes() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        let trainer = token(&auth, Role::Trainer, Some("d1"), None);
+        assert!(trainer.authorize(Access::Train("d1")).is_ok());
+        assert!(trainer.authorize(Access::Train("d2")).is_err());
+        assert!(trainer.authorize(Access::Example("d1", 0)).is_err());
+        assert!(trainer.authorize(Access::Curate("d1")).is_err());
+        let viewer = token(&auth, Role::Viewer, Some("d1"), None);
+        assert!(viewer.authorize(Access::Train("d1")).is_err());
+        assert!(viewer.authorize(Access::View("d1")).is_ok());
+    }
+
+    #[test]
+    fn forged_expired_and_malformed_tokens_are_refused() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        let other = Authorizer::hs256(b"another secret, another server!!");
+        let claims = claims_for("x", Role::Admin, None, None, 3600).unwrap();
+        assert!(auth.verify(&other.mint(&claims).unwrap()).is_err());
+        let mut old = claims.clone();
+        old.exp = 1;
+        assert!(auth.verify(&auth.mint(&old).unwrap()).is_err());
+        assert!(auth.verify("not.a.token").is_err());
+        let err = auth.verify("garbage-secret-token").unwrap_err();
+        assert!(!err.detail.contains("garbage-secret-token"));
+    }
+
+    #[test]
+    fn ttl_parsing() {
+        assert_eq!(parse_ttl("30d").unwrap(), 30 * 86_400);
+        assert_eq!(parse_ttl("90").unwrap(), 90);
+        assert!(parse_ttl("3w").is_err());
+        assert!(claims_for("x", Role::Owner, Some("d".into()), None, 1).is_err());
+        assert!(claims_for("x", Role::Trainer, None, None, 1).is_err());
+    }
+}

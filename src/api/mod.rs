@@ -1,0 +1,6 @@
+//! The HTTP service: axum handlers, bearer-JWT authorisation, RFC 9457 errors and
+//! the OpenAPI document.
+
+pub mod accountant;
+pub mod auth;
+pub mod problem;

@@ -1,0 +1,114 @@
+//! RFC 9457 `application/problem+json` errors: every refusal says what was wrong.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// The media type of error bodies.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error answered to the client. `detail` must never contain a secret or a
+/// per-example privacy value.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URN naming the kind of problem (stable, machine-readable).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short human-readable summary of the kind.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What exactly was wrong with this request.
+    pub detail: String,
+    /// The request field at fault, when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl Problem {
+    /// A problem with the given status, slug (for the type URN) and detail.
+    pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
+        Self {
+            kind: format!("urn:dpledger:problem:{slug}"),
+            title: status.canonical_reason().unwrap_or("Error").to_string(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            field: None,
+        }
+    }
+
+    /// Attach the name of the field at fault.
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// 400: the request is malformed.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad-request", detail)
+    }
+
+    /// 401: no valid credentials.
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", detail)
+    }
+
+    /// 403: the credentials do not cover this object. The detail names the
+    /// missing permission, never anything about the object itself.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", detail)
+    }
+
+    /// 404: no such object.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not-found", detail)
+    }
+
+    /// 409: the request contradicts the current state.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", detail)
+    }
+
+    /// 415: unsupported request body type.
+    pub fn unsupported_media_type(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            detail,
+        )
+    }
+
+    /// 500/503: the server could not do its part; nothing was acknowledged.
+    pub fn internal(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self::new(status, "internal", detail)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{}".to_vec());
+        (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
+    }
+}
+
+impl From<crate::accounting::InvalidArgument> for Problem {
+    fn from(e: crate::accounting::InvalidArgument) -> Self {
+        let field = e.name.clone();
+        Problem::bad_request(e.to_string()).with_field(field)
+    }
+}
+
+impl From<crate::ledger::LedgerError> for Problem {
+    fn from(e: crate::ledger::LedgerError) -> Self {
+        use crate::ledger::{ErrorKind, LedgerError};
+        match (&e, e.kind()) {
+            (LedgerError::Invalid(inner), _) => inner.clone().into(),
+            (_, ErrorKind::BadRequest) => Problem::bad_request(e.to_string()),
+            (_, ErrorKind::Conflict) => Problem::conflict(e.to_string()),
+        }
+    }
+}
+
+/// Result type of handlers.
+pub type ApiResult<T> = Result<T, Problem>;
