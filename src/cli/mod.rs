@@ -1,7 +1,9 @@
 //! Command-line interface: `dpledger <command>`.
 
 pub mod accountant;
+// pub mod server; (enabled once the store lands)
 
+use crate::accounting::InvalidArgument as accounting_error;
 use clap::{Parser, Subcommand};
 
 /// Per-instance Rényi-DP privacy accounting for DP-SGD.
@@ -26,6 +28,33 @@ pub enum Command {
     Compare(JsonFlag<accountant::CompareCmd>),
     /// Noise decay schedule and the epoch at which a budget runs out.
     Schedule(JsonFlag<accountant::ScheduleCmd>),
+    /// Recompute per-example epsilons offline from a JSON-lines trace.
+    Replay(JsonFlag<ReplayCmd>),
+    // SERVER-VARIANTS
+}
+
+/// `dpledger replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayCmd {
+    /// The JSON-lines trace (first line: the dataset).
+    #[arg(long)]
+    pub trace: std::path::PathBuf,
+    /// Delta in (0, 1).
+    #[arg(long, allow_negative_numbers = true)]
+    pub delta: f64,
+    /// RDP to (epsilon, delta) conversion.
+    #[arg(long, value_enum, default_value_t = accountant::ConversionArg::Improved)]
+    pub conversion: accountant::ConversionArg,
+}
+
+impl ReplayCmd {
+    fn run(&self) -> Result<(serde_json::Value, String), String> {
+        let file = std::fs::File::open(&self.trace).map_err(|e| format!("invalid --trace {}: {e}", self.trace.display()))?;
+        let report = crate::ledger::replay(std::io::BufReader::new(file), self.delta, self.conversion.into())
+            .map_err(|e| format!("{}: {e}", self.trace.display()))?;
+        let value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        Ok((value, report.to_text()))
+    }
 }
 
 /// A command's own arguments plus `--json`.
@@ -40,14 +69,17 @@ pub struct JsonFlag<T: clap::Args> {
 
 /// Run the parsed command; `Err` carries the one-line message for stderr.
 pub fn run(cli: Cli) -> Result<(), String> {
+    let err = |e: accounting_error| e.to_string();
     let (json, result) = match &cli.command {
-        Command::Rdp(c) => (c.json, c.inner.run()),
-        Command::Epsilon(c) => (c.json, c.inner.run()),
-        Command::Noise(c) => (c.json, c.inner.run()),
-        Command::Compare(c) => (c.json, c.inner.run()),
-        Command::Schedule(c) => (c.json, c.inner.run()),
+        Command::Rdp(c) => (c.json, c.inner.run().map_err(err)),
+        Command::Epsilon(c) => (c.json, c.inner.run().map_err(err)),
+        Command::Noise(c) => (c.json, c.inner.run().map_err(err)),
+        Command::Compare(c) => (c.json, c.inner.run().map_err(err)),
+        Command::Schedule(c) => (c.json, c.inner.run().map_err(err)),
+        Command::Replay(c) => (c.json, c.inner.run()),
+        // SERVER-ARMS
     };
-    let (value, text) = result.map_err(|e| e.to_string())?;
+    let (value, text) = result?;
     let out = if json { format!("{value}\n") } else { text };
     write_stdout(&out)
 }
