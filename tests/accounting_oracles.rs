@@ -154,7 +154,10 @@ fn fractional_orders_match_numerical_integration_and_beat_dp_accounting() {
                 // dp-accounting fell below the truth (float cancellation): it is not a
                 // valid bound there. Ours must still be at or above the truth.
                 below_truth_dp_accounting += 1;
-                assert!(ours >= quad * (1.0 - 1e-15), "below truth: q={q} sigma={s} order={a}");
+                assert!(
+                    ours >= quad * (1.0 - 1e-15),
+                    "below truth: q={q} sigma={s} order={a}"
+                );
             }
         }
     }

@@ -3,4 +3,7 @@
 
 pub mod accountant;
 pub mod auth;
+pub mod extract;
 pub mod problem;
+pub mod routes;
+pub mod state;

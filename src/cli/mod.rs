@@ -1,7 +1,8 @@
 //! Command-line interface: `dpledger <command>`.
 
 pub mod accountant;
-// pub mod server; (enabled once the store lands)
+pub mod loadgen;
+pub mod server;
 
 use crate::accounting::InvalidArgument as accounting_error;
 use clap::{Parser, Subcommand};
@@ -30,7 +31,14 @@ pub enum Command {
     Schedule(JsonFlag<accountant::ScheduleCmd>),
     /// Recompute per-example epsilons offline from a JSON-lines trace.
     Replay(JsonFlag<ReplayCmd>),
-    // SERVER-VARIANTS
+    /// Run the HTTP service.
+    Serve(server::ServeCmd),
+    /// Mint a bearer token with the server secret.
+    Token(server::TokenCmd),
+    /// Print or write the OpenAPI document.
+    Openapi(server::OpenApiCmd),
+    /// Load a running server and report throughput and latency against baselines.
+    Loadgen(JsonFlag<loadgen::LoadgenCmd>),
 }
 
 /// `dpledger replay`.
@@ -49,9 +57,14 @@ pub struct ReplayCmd {
 
 impl ReplayCmd {
     fn run(&self) -> Result<(serde_json::Value, String), String> {
-        let file = std::fs::File::open(&self.trace).map_err(|e| format!("invalid --trace {}: {e}", self.trace.display()))?;
-        let report = crate::ledger::replay(std::io::BufReader::new(file), self.delta, self.conversion.into())
-            .map_err(|e| format!("{}: {e}", self.trace.display()))?;
+        let file = std::fs::File::open(&self.trace)
+            .map_err(|e| format!("invalid --trace {}: {e}", self.trace.display()))?;
+        let report = crate::ledger::replay(
+            std::io::BufReader::new(file),
+            self.delta,
+            self.conversion.into(),
+        )
+        .map_err(|e| format!("{}: {e}", self.trace.display()))?;
         let value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
         Ok((value, report.to_text()))
     }
@@ -77,7 +90,18 @@ pub fn run(cli: Cli) -> Result<(), String> {
         Command::Compare(c) => (c.json, c.inner.run().map_err(err)),
         Command::Schedule(c) => (c.json, c.inner.run().map_err(err)),
         Command::Replay(c) => (c.json, c.inner.run()),
-        // SERVER-ARMS
+        Command::Serve(c) => return c.run().map_err(|e| format!("{e:#}")),
+        Command::Token(c) => {
+            let token = c.run().map_err(|e| format!("{e:#}"))?;
+            return write_stdout(&format!("{token}\n"));
+        }
+        Command::Openapi(c) => {
+            return match c.run().map_err(|e| format!("{e:#}"))? {
+                Some(doc) => write_stdout(&doc),
+                None => Ok(()),
+            }
+        }
+        Command::Loadgen(c) => (c.json, c.inner.run().map_err(|e| format!("{e:#}"))),
     };
     let (value, text) = result?;
     let out = if json { format!("{value}\n") } else { text };

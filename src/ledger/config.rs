@@ -14,7 +14,7 @@ pub const MAX_EXAMPLES: u64 = u32::MAX as u64;
 pub const MAX_ORDERS: usize = 256;
 
 /// How batches are drawn. The accounting differs fundamentally between the two.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Sampling {
     /// Each example joins each step independently with probability `rate`
@@ -24,16 +24,27 @@ pub enum Sampling {
         rate: f64,
     },
     /// Fixed-size batches of a shuffled dataset: each example is in at most one
-    /// batch per epoch and is charged only at the step that processed it.
+    /// batch per epoch and is charged only at the step that processed it (the
+    /// Gaussian mechanism at its clipped norm, no amplification; seed 002 Thm. 2).
+    ///
+    /// Epoch rule: with `S = ceil(n / b)` steps per epoch, steps `e S ..= e S + S - 1`
+    /// form epoch `e` (one pass over the data, the last batch possibly short, as a
+    /// data loader that keeps the last batch produces). An example reported twice in
+    /// one epoch is refused ([`LedgerError::EpochViolation`]). The worst case is one
+    /// Gaussian charge at `C` per epoch begun, `ceil(T / S)` after `T` steps, at
+    /// that epoch's smallest noise multiplier; this equals `ceil(T b / n)` when `b`
+    /// divides `n`.
+    ///
+    /// [`LedgerError::EpochViolation`]: super::LedgerError::EpochViolation
     Shuffle {
-        /// Batch size `b`; an epoch is `ceil(n / b)` steps.
+        /// Batch size `b`.
         batch_size: u64,
     },
 }
 
 /// Who clips gradients at which norm; decides whether per-example numbers are a
 /// guarantee.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Clipping {
     /// The trainer clips every example at the threshold the ledger gave it
@@ -46,7 +57,7 @@ pub enum Clipping {
 }
 
 /// Per-example privacy budget for the individual filter (spec §7).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IndividualBudget {
     /// The epsilon no example may exceed (at `delta`).
@@ -56,7 +67,7 @@ pub struct IndividualBudget {
 }
 
 /// Everything fixed when a dataset's ledger is created.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetConfig {
     /// Number of examples `n`; ids are `0..n`.
@@ -87,7 +98,13 @@ pub struct DatasetConfig {
 impl DatasetConfig {
     /// A Poisson-sampled, per-example-clipped configuration with the defaults
     /// (rounding `C/100`, the 64 ledger orders, no individual budget).
-    pub fn poisson(examples: u64, max_grad_norm: f64, noise_multiplier: f64, rate: f64, delta: f64) -> Self {
+    pub fn poisson(
+        examples: u64,
+        max_grad_norm: f64,
+        noise_multiplier: f64,
+        rate: f64,
+        delta: f64,
+    ) -> Self {
         Self {
             examples,
             max_grad_norm,
@@ -107,7 +124,10 @@ impl DatasetConfig {
         if self.examples == 0 || self.examples > MAX_EXAMPLES {
             return Err(InvalidArgument::new(
                 "examples",
-                format!("must be between 1 and {MAX_EXAMPLES}, got {}", self.examples),
+                format!(
+                    "must be between 1 and {MAX_EXAMPLES}, got {}",
+                    self.examples
+                ),
             ));
         }
         self.grid()?;
@@ -165,7 +185,10 @@ impl DatasetConfig {
         if orders.len() > MAX_ORDERS {
             return Err(InvalidArgument::new(
                 "orders",
-                format!("at most {MAX_ORDERS} orders (8 bytes per example each), got {}", orders.len()),
+                format!(
+                    "at most {MAX_ORDERS} orders (8 bytes per example each), got {}",
+                    orders.len()
+                ),
             ));
         }
         Ok(orders)

@@ -49,8 +49,7 @@ impl Converter {
             epsilon: f64::INFINITY,
             order: self.orders.first().copied().unwrap_or(f64::NAN),
         };
-        for j in 0..self.orders.len().min(rdp.len()) {
-            let r = rdp[j];
+        for (j, &r) in rdp.iter().enumerate().take(self.orders.len()) {
             let eps = if !r.is_finite() {
                 f64::INFINITY
             } else {
@@ -84,7 +83,8 @@ mod tests {
             for &delta in &[1e-5, 0.3, 1e-12] {
                 let c = Converter::new(&orders, delta, conversion);
                 for scale in [0.0, 1e-9, 1e-3, 0.1, 7.0, 1e4] {
-                    let rdp: Vec<f64> = orders.iter().map(|a| scale * a * (1.0 + a.sin())).collect();
+                    let rdp: Vec<f64> =
+                        orders.iter().map(|a| scale * a * (1.0 + a.sin())).collect();
                     let fast = c.epsilon(&rdp);
                     let slow = epsilon_from_rdp(&orders, &rdp, delta, conversion);
                     assert_eq!(fast.epsilon.to_bits(), slow.epsilon.to_bits());

@@ -1,1 +1,66 @@
 //! Per-example RDP ledgers and the step protocol (spec §3).
+//!
+//! A [`Ledger`] holds, for one dataset (one training run), every example's clipping
+//! threshold and accumulated Rényi-DP, and applies the trainer's step reports:
+//!
+//! * **Accrual.** Under Poisson sampling every step charges every example,
+//!   `rho_t(alpha; v_{b_i})` when unsampled and `rho_t(alpha; v_min(b_i, bucket(g_i)))`
+//!   when sampled. The ledger keeps per-bucket prefix sums over steps (one
+//!   piecewise-linear segment per change of hyperparameters) and per example
+//!   `(b_i, since_i, A_i)`, so a step costs `O(|batch| × #orders)` whatever `n`.
+//!   Under shuffling an example is charged only at the step that processed it
+//!   (see [`Sampling::Shuffle`] for the epoch rule).
+//! * **Where a step is not `O(batch)`.** Three rare events cost one `O(n)` pass,
+//!   each documented where it happens: a compaction of prefix-sum segments (after
+//!   hundreds of changes of hyperparameters, [`Ledger::compact`]); with an
+//!   individual filter, a step whose hyperparameters raise the bound on the next
+//!   step's charge (every example's retirement check is recomputed); and a release
+//!   charged with a filter ([`Ledger::charge_release`]).
+//! * **Exactly once, in order.** Steps are numbered from 0. A gap is refused
+//!   ([`LedgerError::OutOfOrder`]); a retry with identical content (xxh3 of a
+//!   canonical encoding) gets the original answer with `duplicate: true` and changes
+//!   nothing; different content is a [`LedgerError::Conflict`]. A step may come in
+//!   parts (data-parallel workers): each part is idempotent, parts must be disjoint
+//!   and agree on count and hyperparameters, and the step is applied when its last
+//!   part arrives.
+//! * **Validation first.** Every mutating call checks its whole input before it
+//!   changes anything: an error never leaves partial state.
+//! * **Worst case.** The data-independent accountant is kept alongside; an example
+//!   whose norms were always `>= C` reports exactly (bit for bit) the worst case.
+//! * **Individual filter** (spec §7, Feldman & Zrnic 2021). With an individual
+//!   budget `(epsilon*, delta*)` the ledger fixes, at creation, the order `alpha*`
+//!   allowing the most worst-case steps and the RDP budget `B` at it. After each
+//!   step (and refresh) it retires every example whose RDP at `alpha*` plus the
+//!   most the next step could charge it would exceed `B` (up to a relative margin
+//!   of [`FILTER_MARGIN`]); "the most" is taken at the larger of the dataset's
+//!   default hyperparameters and the latest step's. Retirements are announced in
+//!   the answer of the step after which they take effect; a retired example has
+//!   threshold 0, accrues nothing, and is accepted but not charged if still
+//!   reported. A later step whose hyperparameters charge more than that bound
+//!   (the trainer has already trained it) is still charged: examples it pushes past
+//!   `B` are counted in [`LedgerStatus::over_budget`] and flagged in
+//!   [`ExamplePrivacy::over_budget`].
+//! * **Refreshes** (spec §3.5, [`Ledger::refresh`]) and **release charges** (spec
+//!   §6, [`Ledger::charge_release`]: one dataset-wide RDP offset, `O(#orders)`).
+//!
+//! [`replay()`] recomputes a ledger offline from a JSON-lines trace (format in
+//! [`mod@replay`]).
+
+mod config;
+mod convert;
+mod dataset;
+mod error;
+mod filter;
+mod prefix;
+mod protocol;
+pub mod replay;
+
+pub use config::{Clipping, DatasetConfig, IndividualBudget, Sampling, MAX_EXAMPLES, MAX_ORDERS};
+pub use dataset::{Ledger, MAX_PARTS, RETRY_WINDOW};
+pub use error::{ErrorKind, LedgerError};
+pub use filter::FILTER_MARGIN;
+pub use protocol::{
+    ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus, RefreshOutcome, StepOutcome,
+    StepReport, WorstCase,
+};
+pub use replay::{replay, ReplayError, ReplayExample, ReplayReport};

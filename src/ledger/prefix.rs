@@ -33,7 +33,12 @@ pub(crate) struct PrefixSums {
 
 impl PrefixSums {
     /// Prefix sums starting at step 0 with `mechanism`.
-    pub(crate) fn new(mechanism: StepMechanism, table: Arc<RdpTable>, buckets: usize, orders: usize) -> Self {
+    pub(crate) fn new(
+        mechanism: StepMechanism,
+        table: Arc<RdpTable>,
+        buckets: usize,
+        orders: usize,
+    ) -> Self {
         Self {
             orders,
             buckets,
@@ -68,7 +73,7 @@ impl PrefixSums {
     pub(crate) fn begin_step(&mut self, t: u64, mechanism: StepMechanism, table: Arc<RdpTable>) {
         let last = self.segments.len() - 1;
         let cur = &mut self.segments[last];
-        if cur.mechanism == mechanism && Arc::ptr_eq(&cur.table, &table) {
+        if cur.mechanism == mechanism {
             return;
         }
         if cur.start >= t {
@@ -78,7 +83,11 @@ impl PrefixSums {
         }
         let mut base = vec![0.0; self.buckets * self.orders];
         for k in 0..self.buckets {
-            self.prefix_into(t, k as u32, &mut base[k * self.orders..(k + 1) * self.orders]);
+            self.prefix_into(
+                t,
+                k as u32,
+                &mut base[k * self.orders..(k + 1) * self.orders],
+            );
         }
         self.segments.push(Segment {
             start: t,
@@ -127,7 +136,7 @@ impl PrefixSums {
         let range = k as usize * m..(k as usize + 1) * m;
         let (base_t, base_s) = (&seg_t.base[range.clone()], &seg_s.base[range]);
         let row_s = seg_s.table.row(k);
-        let dt = (t - seg_t.start) as f64;
+        let dt = t.saturating_sub(seg_t.start) as f64;
         let ds = since.saturating_sub(seg_s.start) as f64;
         for j in 0..m.min(acc.len()) {
             acc[j] += (base_t[j] - (base_s[j] + ds * row_s[j])) + dt * row_t[j];
@@ -143,14 +152,16 @@ impl PrefixSums {
         }
         let seg_s = &self.segments[self.index_of(since)];
         let idx = k as usize * self.orders + j;
-        let p_s = seg_s.base[idx] + since.saturating_sub(seg_s.start) as f64 * seg_s.table.row(k)[j];
-        (seg_t.base[idx] - p_s) + (t - seg_t.start) as f64 * r_t
+        let p_s =
+            seg_s.base[idx] + since.saturating_sub(seg_s.start) as f64 * seg_s.table.row(k)[j];
+        (seg_t.base[idx] - p_s) + t.saturating_sub(seg_t.start) as f64 * r_t
     }
 
     /// `P(t)[k][j]` at one order.
     pub(crate) fn prefix_at(&self, t: u64, k: u32, j: usize) -> f64 {
         let seg = &self.segments[self.index_of(t)];
-        seg.base[k as usize * self.orders + j] + t.saturating_sub(seg.start) as f64 * seg.table.row(k)[j]
+        seg.base[k as usize * self.orders + j]
+            + t.saturating_sub(seg.start) as f64 * seg.table.row(k)[j]
     }
 
     /// Drop every segment but the current one. The caller must first have settled

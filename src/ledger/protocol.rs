@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 /// One part of a step that data-parallel workers report separately.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Part {
     /// Which part this is, `0..count`.
@@ -19,7 +19,7 @@ impl Part {
 }
 
 /// What the trainer reports for one step (or one part of it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepReport {
     /// Step number; steps are applied in order from 0.
@@ -99,7 +99,7 @@ impl StepReport {
 }
 
 /// The ledger's answer to a step report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StepOutcome {
     /// The step reported.
     pub step: u64,
@@ -123,7 +123,7 @@ pub struct StepOutcome {
 }
 
 /// The answer to a full-batch refresh.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RefreshOutcome {
     /// The step from which the new thresholds apply (the next step).
     pub effective_step: u64,
@@ -135,7 +135,7 @@ pub struct RefreshOutcome {
 }
 
 /// Per-example privacy at the current step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExamplePrivacy {
     /// The example.
     pub id: u64,
@@ -159,7 +159,7 @@ pub struct ExamplePrivacy {
 }
 
 /// The data-independent accountant (spec §4) at the current step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorstCase {
     /// Its epsilon at the requested delta.
     pub epsilon: f64,
@@ -172,7 +172,7 @@ pub struct WorstCase {
 }
 
 /// A step whose parts are still arriving.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PendingStatus {
     /// The step.
     pub step: u64,
@@ -183,7 +183,7 @@ pub struct PendingStatus {
 }
 
 /// The individual filter's fixed parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FilterStatus {
     /// The individual budget's epsilon.
     pub epsilon: f64,
@@ -196,7 +196,7 @@ pub struct FilterStatus {
 }
 
 /// A summary of the ledger's state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LedgerStatus {
     /// Number of examples.
     pub examples: u64,

@@ -1,1 +1,873 @@
-//! Durable event log (issue 4).
+//! Durable event log (issue 4): the source of truth of every ledger.
+//!
+//! The service never trusts memory alone: every state change (a dataset created, a
+//! step or step part, a refresh, a release, a budget change, an archive) is appended
+//! here as a [`Record`] *before* it is acknowledged, and the in-memory ledgers are
+//! rebuilt at start-up by replaying [`Store::load`]. A ledger that forgot an
+//! acknowledged step would under-report privacy loss, so the store is built to fail
+//! loudly rather than return less than it was given:
+//!
+//! * **Durable on return.** [`Store::append`] returns only after the transaction is
+//!   committed with a full sync (SQLite `synchronous=FULL` in WAL mode; PostgreSQL
+//!   with its configured `synchronous_commit`, which must stay `on`). The records of
+//!   one call are atomic: all are stored or none.
+//! * **Exactly once per step part.** A unique index on
+//!   `(dataset, step, coalesce(part, 0))` over [`RecordKind::StepPart`] records makes
+//!   the *database* refuse a second copy, so two server processes sharing a store
+//!   can never both apply a step: the loser gets [`StoreError::Duplicate`] and
+//!   nothing of its call is written. A whole step (`part: None`) occupies the key of
+//!   part 0, like the ledger's `Part::WHOLE` (part 0 of 1).
+//! * **Contiguous sequence numbers.** Records are numbered 1, 2, 3, ... in commit
+//!   order; the last number is also kept in the `dpledger_meta` table, updated in the
+//!   same transaction. [`Store::load`] refuses a gap, a record out of order, or a log
+//!   that ends before the recorded last number (lost tail) with
+//!   [`StoreError::Corrupt`].
+//! * **Checksummed rows.** Each row stores a CRC-32 of its content
+//!   ([`record_checksum`]); [`Store::load`] recomputes it. SQLite files are also
+//!   checked at open (header, application id, `PRAGMA quick_check`); a damaged,
+//!   truncated, empty or foreign file is refused with an error naming it, never
+//!   opened as an empty ledger.
+//! * **Versioned schema.** `dpledger_meta.schema_version` is
+//!   [`SCHEMA_VERSION`]; a store written by a newer build is refused
+//!   ([`StoreError::NewerSchema`]) instead of misread.
+//!
+//! # Backends and URLs ([`open`])
+//!
+//! * `sqlite:PATH` (also `sqlite://PATH`, `sqlite:///abs/path`): one file, created
+//!   with its parent directory when absent. The default is [`DEFAULT_URL`].
+//! * `postgres://...` / `postgresql://...`: any libpq-style URL the `postgres` crate
+//!   accepts (no TLS support in this build). Tables are created in the first schema
+//!   of the `search_path` (select one with `?options=-csearch_path%3Dmyschema`).
+//!
+//! Both backends funnel appends through one writer thread that does **group
+//! commit** (see `group.rs`): concurrent callers are queued, the writer takes
+//! everything pending (up to 8192 records or 32 MiB) into one transaction, gives each
+//! caller's batch its own SAVEPOINT (so one caller's duplicate fails only that
+//! caller), commits once (one fsync for the whole group) and answers each caller.
+//! Latency under load is one commit; throughput grows with concurrency.
+//!
+//! # Schema (version 1)
+//!
+//! ```sql
+//! dpledger_meta(key TEXT PRIMARY KEY, value INTEGER)  -- 'schema_version', 'last_seq'
+//! dpledger_events(seq INTEGER PRIMARY KEY, dataset TEXT, kind INTEGER,
+//!                 step INTEGER NULL, part INTEGER NULL, payload BLOB, crc INTEGER)
+//! UNIQUE INDEX dpledger_step_unique ON dpledger_events(dataset, step, coalesce(part, 0))
+//!     WHERE kind = 2
+//! ```
+//!
+//! (PostgreSQL uses BIGINT/SMALLINT/BYTEA.) SQLite files carry the application id
+//! `0x44504c47` (`DPLG`).
+//!
+//! # Outcomes an application must handle
+//!
+//! * [`StoreError::Duplicate`]: the step part is already in the log. If the
+//!   in-memory ledger does not know it, memory is behind the log (another process
+//!   stored it, or an earlier append's outcome was unknown): rebuild from the log.
+//! * [`StoreError::OutcomeUnknown`]: the commit itself failed (or its answer was
+//!   lost), so the records may or may not be durable. Do not apply them in memory
+//!   and do not acknowledge them; before accepting more steps for the dataset,
+//!   rebuild its state from the log (or restart), because a record that did land
+//!   will be replayed at the next start and memory must not lag behind it.
+//! * Every other error means nothing of the call was written.
+
+pub mod codec;
+mod group;
+mod pg;
+mod sqlite;
+
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use codec::{CodecError, StepPayload};
+
+/// The store the server uses when none is configured.
+pub const DEFAULT_URL: &str = "sqlite:./data/dpledger.sqlite";
+
+/// The schema version this build writes and reads (`dpledger_meta.schema_version`).
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Largest payload of one record. Far above any step the HTTP layer accepts; it
+/// exists so that a runaway caller gets a clear error instead of a database limit
+/// (SQLite refuses blobs near 1 GB, PostgreSQL bytea at 1 GB).
+pub const MAX_PAYLOAD_BYTES: usize = 256 << 20;
+
+/// Longest dataset name in bytes, so that the `(dataset, step, part)` key always
+/// fits in a B-tree index entry (PostgreSQL refuses entries above ~2.7 kB).
+pub const MAX_DATASET_BYTES: usize = 1024;
+
+/// What a record means to the ledger. The discriminants are stored in the database
+/// and must never change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// A dataset (training run) was created; payload: its configuration (JSON).
+    DatasetCreated = 1,
+    /// A step, or one part of a step; payload: [`StepPayload`] bytes. Unique per
+    /// `(dataset, step, part)`.
+    StepPart = 2,
+    /// Thresholds were refreshed; payload: JSON.
+    Refresh = 3,
+    /// A release was charged; payload: JSON.
+    Release = 4,
+    /// The budget was changed; payload: JSON.
+    BudgetChange = 5,
+    /// The dataset was archived; payload: JSON.
+    Archived = 6,
+}
+
+impl RecordKind {
+    /// The kind stored as `code`, or `None` for a code this build does not know.
+    pub fn from_code(code: u8) -> Option<RecordKind> {
+        Some(match code {
+            1 => RecordKind::DatasetCreated,
+            2 => RecordKind::StepPart,
+            3 => RecordKind::Refresh,
+            4 => RecordKind::Release,
+            5 => RecordKind::BudgetChange,
+            6 => RecordKind::Archived,
+            _ => return None,
+        })
+    }
+
+    /// The stored code (the enum discriminant).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// One event of the log. The payload is opaque to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Dataset (training run) the event belongs to; at most [`MAX_DATASET_BYTES`]
+    /// bytes and no NUL character (PostgreSQL text cannot hold one).
+    pub dataset: String,
+    /// What happened.
+    pub kind: RecordKind,
+    /// Step number, required for [`RecordKind::StepPart`]; at most `i64::MAX`
+    /// (both databases store signed 64-bit integers).
+    pub step: Option<u64>,
+    /// Part index of a step reported in parts; `None` for a whole step.
+    pub part: Option<u32>,
+    /// Event content: JSON for most kinds, [`StepPayload`] bytes for steps.
+    pub payload: Vec<u8>,
+}
+
+/// A record as stored, with its sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// Position in the log: 1, 2, 3, ... without gaps.
+    pub seq: u64,
+    /// The record.
+    pub record: Record,
+}
+
+/// What a [`Store::load`] read, for start-up logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadStats {
+    /// Records delivered to the visitor.
+    pub records: u64,
+    /// Bytes of payload and dataset names delivered.
+    pub bytes: u64,
+    /// Wall-clock seconds the load took, visitor included.
+    pub seconds: f64,
+}
+
+/// A durable, append-only event log (SQLite or PostgreSQL, see [`open`]).
+pub trait Store: Send + Sync {
+    /// Appends `records` atomically and durably, returning their sequence numbers in
+    /// order. When it returns `Ok` the records survive a crash; when it returns
+    /// `Err`, none of them was stored, except for [`StoreError::OutcomeUnknown`]
+    /// (see the [module documentation](self)). Blocks for about one commit; call it
+    /// through [`append_async`] from async code. An empty `records` returns `Ok`
+    /// with no sequence numbers and touches nothing.
+    fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError>;
+
+    /// Streams every record to `visit` in sequence order, verifying checksums and
+    /// contiguity as it goes. Records are read on a helper thread while `visit`
+    /// runs, from one consistent snapshot (appends may continue meanwhile). If it
+    /// returns `Err` (corruption, or an error returned by `visit`), whatever the
+    /// visitor built from the records seen so far must be discarded.
+    fn load(
+        &self,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError>;
+
+    /// The store's location for logs and error messages (`sqlite:/abs/path` or the
+    /// PostgreSQL URL with any password replaced by `***`).
+    fn describe(&self) -> String;
+}
+
+/// Everything the store can refuse or fail with. Messages name the store (path or
+/// redacted URL) and, where it applies, the sequence number; they never contain a
+/// password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The URL names no supported backend or is malformed.
+    #[error("invalid store URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, password redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store's content is damaged: a file that is not a SQLite database, a
+    /// failed integrity check, a checksum mismatch, a gap in the sequence, a lost
+    /// tail. Nothing is loaded from a corrupt store; restore it from a backup.
+    #[error("store {store} is corrupt{}: {detail}", at_seq(.seq))]
+    Corrupt {
+        /// The store (file path or redacted URL).
+        store: String,
+        /// The row concerned, when one is.
+        seq: Option<u64>,
+        /// What was found.
+        detail: String,
+    },
+    /// The location holds something that is not a dpledger store (a foreign SQLite
+    /// database, tables without metadata). Refused rather than modified.
+    #[error("{store} is not a dpledger store: {detail}")]
+    NotAStore {
+        /// The store (file path or redacted URL).
+        store: String,
+        /// Why.
+        detail: String,
+    },
+    /// The store was written by a newer dpledger with a schema this build cannot
+    /// read safely.
+    #[error(
+        "store {store} has schema version {found}, newer than version {supported} which this \
+         build supports: run a newer dpledger"
+    )]
+    NewerSchema {
+        /// The store (file path or redacted URL).
+        store: String,
+        /// Version found in the store.
+        found: u64,
+        /// Version this build supports ([`SCHEMA_VERSION`]).
+        supported: u64,
+    },
+    /// A [`RecordKind::StepPart`] with this `(dataset, step, part)` is already
+    /// stored (by this or another process, or twice in the same call). Nothing of
+    /// the call was written.
+    #[error("step {step}{} of dataset {dataset:?} is already stored", part_suffix(.part))]
+    Duplicate {
+        /// The dataset.
+        dataset: String,
+        /// The step.
+        step: u64,
+        /// The part (`None`: the whole step, which shares part 0's key).
+        part: Option<u32>,
+    },
+    /// A record of the call cannot be stored as given; nothing of the call was
+    /// written.
+    #[error("record {index} of the append cannot be stored: {reason}")]
+    InvalidRecord {
+        /// Position of the record in the call's `Vec`.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The database failed (I/O error, disk full, connection lost, server down).
+    /// Transient failures may succeed on retry.
+    #[error("store {store}: {detail}")]
+    Backend {
+        /// The store (file path or redacted URL).
+        store: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The commit failed in a way that leaves its outcome unknown (an I/O error or a
+    /// lost connection during COMMIT, or the writer stopped before answering): the
+    /// records may or may not be durable. See the [module documentation](self).
+    #[error("store {store}: the append may or may not have been stored: {detail}")]
+    OutcomeUnknown {
+        /// The store (file path or redacted URL).
+        store: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The store's writer thread is gone (the store is shutting down, or the
+    /// thread could not run).
+    #[error("store {store} is closed: {detail}")]
+    Closed {
+        /// The store.
+        store: String,
+        /// Why it is closed.
+        detail: String,
+    },
+    /// For [`Store::load`] visitors: the application refused a record while
+    /// replaying it, which means the log and the code disagree.
+    #[error("replaying record seq {seq} failed: {detail}")]
+    Replay {
+        /// The record refused.
+        seq: u64,
+        /// Why.
+        detail: String,
+    },
+}
+
+fn at_seq(seq: &Option<u64>) -> String {
+    seq.map(|s| format!(" at seq {s}")).unwrap_or_default()
+}
+
+fn part_suffix(part: &Option<u32>) -> String {
+    match part {
+        Some(p) => format!(" part {p}"),
+        None => String::new(),
+    }
+}
+
+/// Opens (or creates) the store at `url`; see the [module documentation](self) for
+/// the URL forms. Runs the backend's integrity checks and starts its writer
+/// thread. Blocking; call it before serving or through `spawn_blocking`.
+pub fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let trimmed = url.trim();
+    if let Some(path) = trimmed.strip_prefix("sqlite:") {
+        let path = match path.strip_prefix("//") {
+            Some(rest) => rest,
+            None => path,
+        };
+        if path.is_empty() {
+            return Err(StoreError::InvalidUrl {
+                url: redact_url(url),
+                reason: "no file path after \"sqlite:\" (example: sqlite:./data/dpledger.sqlite)"
+                    .into(),
+            });
+        }
+        if path == ":memory:" || path.starts_with("file:") {
+            return Err(StoreError::InvalidUrl {
+                url: redact_url(url),
+                reason: "only a plain file path is supported: an in-memory store is not durable"
+                    .into(),
+            });
+        }
+        let store = sqlite::SqliteStore::open(std::path::Path::new(path))?;
+        return Ok(Arc::new(store));
+    }
+    if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+        let store = pg::PgStore::open(trimmed)?;
+        return Ok(Arc::new(store));
+    }
+    Err(StoreError::InvalidUrl {
+        url: redact_url(url),
+        reason: "expected sqlite:PATH, postgres://... or postgresql://...".into(),
+    })
+}
+
+/// [`Store::append`] for async code: runs the blocking call on tokio's blocking
+/// pool so that a commit (an fsync) never stalls the runtime's worker threads.
+///
+/// If the calling future is dropped, the append still runs to completion: its
+/// records may be stored although the caller never saw the sequence numbers.
+pub async fn append_async(
+    store: &Arc<dyn Store>,
+    records: Vec<Record>,
+) -> Result<Vec<u64>, StoreError> {
+    let worker = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || worker.append(records)).await {
+        Ok(result) => result,
+        Err(join) => Err(StoreError::OutcomeUnknown {
+            store: store.describe(),
+            detail: format!("the blocking append task did not complete: {join}"),
+        }),
+    }
+}
+
+/// CRC-32 (IEEE, `crc32fast`) of a record's content, as stored in each row's `crc`
+/// column, so offline tools can verify a store too. The input is unambiguous:
+/// `len(dataset)` u64 LE, dataset bytes, kind code u8, step as `0` or `1` + u64 LE,
+/// part as `0` or `1` + u32 LE, `len(payload)` u64 LE, payload bytes. The sequence
+/// number is not included: gaps and reordering are detected by the contiguity check.
+pub fn record_checksum(record: &Record) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&(record.dataset.len() as u64).to_le_bytes());
+    h.update(record.dataset.as_bytes());
+    h.update(&[record.kind.code()]);
+    match record.step {
+        Some(step) => {
+            h.update(&[1]);
+            h.update(&step.to_le_bytes());
+        }
+        None => h.update(&[0]),
+    }
+    match record.part {
+        Some(part) => {
+            h.update(&[1]);
+            h.update(&part.to_le_bytes());
+        }
+        None => h.update(&[0]),
+    }
+    h.update(&(record.payload.len() as u64).to_le_bytes());
+    h.update(&record.payload);
+    h.finalize()
+}
+
+/// `url` with the password of `user:password@` and any `password=` query
+/// parameter replaced by `***`, for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let authority_start = scheme_end + 3;
+        let rest = &out[authority_start..];
+        let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..authority_len];
+        if let Some(at) = authority.rfind('@') {
+            let userinfo = &authority[..at];
+            if let Some(colon) = userinfo.find(':') {
+                let start = authority_start + colon + 1;
+                let end = authority_start + at;
+                out.replace_range(start..end, "***");
+            }
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let redacted: Vec<String> = query
+            .split('&')
+            .map(|pair| {
+                let key = pair.split('=').next().unwrap_or("");
+                if key.eq_ignore_ascii_case("password") {
+                    format!("{key}=***")
+                } else {
+                    pair.to_string()
+                }
+            })
+            .collect();
+        out = format!("{head}{}", redacted.join("&"));
+    }
+    out
+}
+
+/// A record checked for storage, with its checksum computed on the caller's
+/// thread (the writer thread is the serial bottleneck, so it does no hashing).
+pub(crate) struct Prepared {
+    pub record: Record,
+    pub crc: u32,
+}
+
+impl Prepared {
+    /// The step as stored (validated to fit in `i64`).
+    pub fn step_i64(&self) -> Option<i64> {
+        self.record.step.map(|s| s as i64)
+    }
+
+    /// The part as stored.
+    pub fn part_i64(&self) -> Option<i64> {
+        self.record.part.map(i64::from)
+    }
+
+    /// The error for a unique-index violation by this record.
+    pub fn duplicate(&self) -> StoreError {
+        StoreError::Duplicate {
+            dataset: self.record.dataset.clone(),
+            step: self.record.step.unwrap_or(0),
+            part: self.record.part,
+        }
+    }
+
+    /// The unique key of a step record: `(dataset, step, part or 0)`.
+    pub fn step_key(&self) -> Option<(&str, u64, u32)> {
+        match (self.record.kind, self.record.step) {
+            (RecordKind::StepPart, Some(step)) => {
+                Some((&self.record.dataset, step, self.record.part.unwrap_or(0)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Validates a call's records and computes their checksums.
+pub(crate) fn prepare(records: Vec<Record>) -> Result<Vec<Prepared>, StoreError> {
+    let mut out = Vec::with_capacity(records.len());
+    for (index, record) in records.into_iter().enumerate() {
+        let invalid = |reason: String| StoreError::InvalidRecord { index, reason };
+        if record.dataset.len() > MAX_DATASET_BYTES {
+            return Err(invalid(format!(
+                "dataset name is {} bytes, the limit is {MAX_DATASET_BYTES}",
+                record.dataset.len()
+            )));
+        }
+        if record.dataset.contains('\0') {
+            return Err(invalid("dataset name contains a NUL character".into()));
+        }
+        if let Some(step) = record.step {
+            if step > i64::MAX as u64 {
+                return Err(invalid(format!(
+                    "step {step} exceeds the largest storable step {}",
+                    i64::MAX
+                )));
+            }
+        }
+        if record.kind == RecordKind::StepPart && record.step.is_none() {
+            return Err(invalid("a StepPart record needs a step number".into()));
+        }
+        if record.payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(invalid(format!(
+                "payload is {} bytes, the limit is {MAX_PAYLOAD_BYTES}",
+                record.payload.len()
+            )));
+        }
+        let crc = record_checksum(&record);
+        out.push(Prepared { record, crc });
+    }
+    Ok(out)
+}
+
+/// One row as read from a database, before verification. Integers are the raw
+/// stored values so that out-of-range content is reported, not wrapped.
+pub(crate) struct RawRow {
+    pub seq: i64,
+    pub dataset: Result<String, String>,
+    pub kind: i64,
+    pub step: Option<i64>,
+    pub part: Option<i64>,
+    pub payload: Vec<u8>,
+    pub crc: i64,
+}
+
+/// Verifies rows in order: known kind, values in range, checksum, and sequence
+/// numbers 1, 2, 3, ... ending at the recorded last number.
+pub(crate) struct RowChecker {
+    store: String,
+    expected: u64,
+}
+
+impl RowChecker {
+    pub fn new(store: String) -> Self {
+        RowChecker { store, expected: 1 }
+    }
+
+    fn corrupt(&self, seq: Option<u64>, detail: String) -> StoreError {
+        StoreError::Corrupt {
+            store: self.store.clone(),
+            seq,
+            detail,
+        }
+    }
+
+    /// The sequence number of the last row accepted (0 before any).
+    pub fn last_seq(&self) -> u64 {
+        self.expected - 1
+    }
+
+    /// Checks one row and turns it into a record.
+    pub fn check(&mut self, row: RawRow) -> Result<StoredRecord, StoreError> {
+        let expected = self.expected;
+        let seq = u64::try_from(row.seq)
+            .ok()
+            .filter(|&s| s >= 1)
+            .ok_or_else(|| self.corrupt(None, format!("invalid sequence number {}", row.seq)))?;
+        if seq != expected {
+            let detail = if seq > expected {
+                format!(
+                    "records {expected}..={} are missing (found seq {seq} after seq {})",
+                    seq - 1,
+                    expected - 1
+                )
+            } else {
+                format!("seq {seq} appears after seq {}", expected - 1)
+            };
+            return Err(self.corrupt(Some(seq), detail));
+        }
+        let bad = |what: String| self.corrupt(Some(seq), what);
+        let dataset = row
+            .dataset
+            .map_err(|e| bad(format!("dataset column: {e}")))?;
+        let kind = u8::try_from(row.kind)
+            .ok()
+            .and_then(RecordKind::from_code)
+            .ok_or_else(|| bad(format!("unknown record kind {}", row.kind)))?;
+        let step = match row.step {
+            None => None,
+            Some(s) => Some(u64::try_from(s).map_err(|_| bad(format!("negative step {s}")))?),
+        };
+        let part = match row.part {
+            None => None,
+            Some(p) => {
+                Some(u32::try_from(p).map_err(|_| bad(format!("part {p} is out of range")))?)
+            }
+        };
+        let stored_crc = u32::try_from(row.crc)
+            .map_err(|_| bad(format!("checksum column holds {}, not a CRC-32", row.crc)))?;
+        let record = Record {
+            dataset,
+            kind,
+            step,
+            part,
+            payload: row.payload,
+        };
+        let computed = record_checksum(&record);
+        if computed != stored_crc {
+            return Err(bad(format!(
+                "checksum mismatch: row says {stored_crc:#010x}, content (dataset {:?}, kind {:?}, \
+                 step {:?}, part {:?}, {} payload bytes) has {computed:#010x}",
+                record.dataset,
+                record.kind,
+                record.step,
+                record.part,
+                record.payload.len()
+            )));
+        }
+        self.expected += 1;
+        Ok(StoredRecord { seq, record })
+    }
+
+    /// Checks that the log ends where the metadata says it does.
+    pub fn finish(&self, recorded_last: i64) -> Result<(), StoreError> {
+        let last = self.last_seq();
+        if recorded_last < 0 || recorded_last as u64 != last {
+            let detail = if recorded_last > last as i64 {
+                format!(
+                    "the log ends at seq {last} but the store recorded {recorded_last} records: \
+                     records {}..={recorded_last} are missing",
+                    last + 1
+                )
+            } else {
+                format!(
+                    "the log holds records up to seq {last} but the store recorded only \
+                     {recorded_last}"
+                )
+            };
+            return Err(self.corrupt(None, detail));
+        }
+        Ok(())
+    }
+}
+
+/// Records in flight between the reader thread and the visitor.
+const LOAD_QUEUE: usize = 64;
+/// Progress is logged after this many records or this much time.
+const PROGRESS_RECORDS: u64 = 1 << 20;
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Runs `produce` (which reads and verifies rows, handing each record to its sink
+/// until the sink returns `false`) on a helper thread and feeds the records to
+/// `visit` on this one, so reading and replaying overlap. The helper thread also
+/// keeps blocking database clients (which start their own runtime) away from the
+/// caller's thread, which may be inside a tokio runtime.
+pub(crate) fn pipelined_load<F>(
+    store: &str,
+    produce: F,
+    visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+) -> Result<LoadStats, StoreError>
+where
+    F: FnOnce(&mut dyn FnMut(StoredRecord) -> bool) -> Result<(), StoreError> + Send,
+{
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let (tx, rx) = sync_channel::<StoredRecord>(LOAD_QUEUE);
+        let producer = std::thread::Builder::new()
+            .name("dpledger-store-load".into())
+            .spawn_scoped(scope, move || {
+                let mut sink = |record: StoredRecord| tx.send(record).is_ok();
+                produce(&mut sink)
+            })
+            .map_err(|e| StoreError::Backend {
+                store: store.to_string(),
+                detail: format!("cannot start the load thread: {e}"),
+            })?;
+        let mut stats = LoadStats {
+            records: 0,
+            bytes: 0,
+            seconds: 0.0,
+        };
+        let mut visit_error = None;
+        let mut last_report = Instant::now();
+        let mut last_report_records = 0u64;
+        for record in rx.iter() {
+            stats.records += 1;
+            stats.bytes += (record.record.payload.len() + record.record.dataset.len()) as u64;
+            if let Err(e) = visit(record) {
+                visit_error = Some(e);
+                break;
+            }
+            if stats.records - last_report_records >= PROGRESS_RECORDS
+                || last_report.elapsed() >= PROGRESS_INTERVAL
+            {
+                tracing::info!(
+                    store,
+                    records = stats.records,
+                    bytes = stats.bytes,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "loading the event log"
+                );
+                last_report = Instant::now();
+                last_report_records = stats.records;
+            }
+        }
+        drop(rx);
+        let produced = producer.join().unwrap_or_else(|_| {
+            Err(StoreError::Backend {
+                store: store.to_string(),
+                detail: "the load thread panicked".into(),
+            })
+        });
+        if let Some(e) = visit_error {
+            return Err(e);
+        }
+        produced?;
+        stats.seconds = started.elapsed().as_secs_f64();
+        tracing::info!(
+            store,
+            records = stats.records,
+            bytes = stats.bytes,
+            seconds = stats.seconds,
+            "event log loaded"
+        );
+        Ok(stats)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_passwords_only() {
+        assert_eq!(
+            redact_url("postgres://alice:s3cr%40t@db.example:5432/ledger?sslmode=disable"),
+            "postgres://alice:***@db.example:5432/ledger?sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("postgresql://bob@host/db?password=hunter2&options=-csearch_path%3Dx"),
+            "postgresql://bob@host/db?password=***&options=-csearch_path%3Dx"
+        );
+        assert_eq!(redact_url("postgres://u:p:q@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact_url("sqlite:./data/x.sqlite"),
+            "sqlite:./data/x.sqlite"
+        );
+        assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_leaking_passwords() {
+        for url in ["mysql://u:pw@h/db", "sqlite:", "sqlite::memory:", ""] {
+            let err = open(url).err().expect("refused");
+            assert!(matches!(err, StoreError::InvalidUrl { .. }), "{err}");
+            assert!(!err.to_string().contains("pw@"), "{err}");
+        }
+    }
+
+    #[test]
+    fn validation_names_the_record() {
+        let ok = Record {
+            dataset: "d".into(),
+            kind: RecordKind::Refresh,
+            step: None,
+            part: None,
+            payload: vec![],
+        };
+        let cases = [
+            Record {
+                kind: RecordKind::StepPart,
+                ..ok.clone()
+            },
+            Record {
+                step: Some(u64::MAX),
+                ..ok.clone()
+            },
+            Record {
+                dataset: "a\0b".into(),
+                ..ok.clone()
+            },
+            Record {
+                dataset: "x".repeat(MAX_DATASET_BYTES + 1),
+                ..ok.clone()
+            },
+        ];
+        for bad in cases {
+            let err = prepare(vec![ok.clone(), bad]).err().expect("refused");
+            assert!(
+                matches!(err, StoreError::InvalidRecord { index: 1, .. }),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn checksum_depends_on_every_field() {
+        let base = Record {
+            dataset: "ds".into(),
+            kind: RecordKind::StepPart,
+            step: Some(1),
+            part: Some(0),
+            payload: vec![1, 2, 3],
+        };
+        let c = record_checksum(&base);
+        let variants = [
+            Record {
+                dataset: "dt".into(),
+                ..base.clone()
+            },
+            Record {
+                kind: RecordKind::Refresh,
+                ..base.clone()
+            },
+            Record {
+                step: Some(2),
+                ..base.clone()
+            },
+            Record {
+                step: None,
+                ..base.clone()
+            },
+            Record {
+                part: None,
+                ..base.clone()
+            },
+            Record {
+                payload: vec![1, 2, 4],
+                ..base.clone()
+            },
+        ];
+        for v in variants {
+            assert_ne!(record_checksum(&v), c, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn row_checker_reports_gaps_and_lost_tails() {
+        let row = |seq: i64| {
+            let record = Record {
+                dataset: "d".into(),
+                kind: RecordKind::Release,
+                step: None,
+                part: None,
+                payload: b"{}".to_vec(),
+            };
+            RawRow {
+                seq,
+                crc: i64::from(record_checksum(&record)),
+                dataset: Ok(record.dataset),
+                kind: 4,
+                step: None,
+                part: None,
+                payload: record.payload,
+            }
+        };
+        let mut c = RowChecker::new("s".into());
+        c.check(row(1)).unwrap();
+        let err = c.check(row(3)).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt { seq: Some(3), .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("records 2..=2 are missing"),
+            "{err}"
+        );
+        c.check(row(2)).unwrap();
+        c.finish(2).unwrap();
+        let err = c.finish(5).unwrap_err();
+        assert!(err.to_string().contains("3..=5 are missing"), "{err}");
+        let mut bad = row(3);
+        bad.kind = 9;
+        assert!(c
+            .check(bad)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown record kind 9"));
+    }
+}

@@ -1,0 +1,409 @@
+//! Server state: the datasets' ledgers, the durable store they are rebuilt from,
+//! and the one path by which anything changes.
+//!
+//! Every change follows **validate → persist → apply**: the ledger checks the
+//! request without mutating (`check_*`), the record is appended durably to the
+//! store (group commit), and only then is it applied in memory and acknowledged.
+//! A request the ledger would refuse never reaches the log; a step the log could
+//! not store is never acknowledged. The dataset's write lock is held from check
+//! to apply, so the log's order is the ledger's order.
+
+use super::problem::Problem;
+use crate::ledger::{DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport};
+use crate::store::codec::StepPayload;
+use crate::store::{append_async, Record, RecordKind, Store, StoreError, StoredRecord};
+use axum::http::StatusCode;
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::RwLock;
+
+/// One dataset (training run) served by this process.
+#[derive(Debug)]
+pub struct Dataset {
+    /// Its id.
+    pub id: String,
+    /// Its ledger. Readers (queries) share; writers (steps) are exclusive.
+    pub ledger: RwLock<Ledger>,
+    /// Archived datasets are read-only.
+    pub archived: AtomicBool,
+}
+
+/// Payload of a `DatasetCreated` record.
+#[derive(Debug, Serialize, Deserialize)]
+struct CreatedPayload {
+    config: DatasetConfig,
+}
+
+/// Request-size and range limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Largest range of thresholds returned by one request.
+    pub max_threshold_range: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 << 20,
+            max_threshold_range: 1 << 20,
+        }
+    }
+}
+
+/// Everything the handlers share.
+pub struct AppState {
+    datasets: DashMap<String, Arc<Dataset>>,
+    store: Arc<dyn Store>,
+    /// Token verification.
+    pub auth: super::auth::Authorizer,
+    /// Limits.
+    pub limits: Limits,
+    /// Prometheus exposition, when metrics are installed.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("datasets", &self.datasets.len())
+            .field("store", &self.store.describe())
+            .finish()
+    }
+}
+
+/// Whether `id` is an acceptable dataset id: 1–64 of `[A-Za-z0-9._-]`.
+pub fn valid_dataset_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+fn store_problem(e: StoreError) -> Problem {
+    match e {
+        StoreError::Duplicate {
+            dataset,
+            step,
+            part,
+        } => Problem::conflict(format!(
+            "step {step} part {} of dataset {dataset} is already recorded in the store by another \
+             dpledger process; this process's view is stale (restart it to reload the log)",
+            part.unwrap_or(0)
+        )),
+        other => {
+            tracing::error!(error = %other, "store append failed; nothing was acknowledged");
+            Problem::internal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store could not make this change durable; nothing was applied or acknowledged: retry",
+            )
+        }
+    }
+}
+
+impl AppState {
+    /// Load every record of `store` and rebuild the ledgers. Any record that does
+    /// not apply cleanly is corruption: refuse to start rather than serve epsilons
+    /// computed from a partial log.
+    pub fn recover(
+        store: Arc<dyn Store>,
+        auth: super::auth::Authorizer,
+        limits: Limits,
+        metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    ) -> anyhow::Result<Self> {
+        let datasets: DashMap<String, Arc<Dataset>> = DashMap::new();
+        let started = Instant::now();
+        let description = store.describe();
+        let mut apply = |stored: StoredRecord| -> Result<(), StoreError> {
+            apply_record(&datasets, &stored).map_err(|detail| StoreError::Corrupt {
+                store: description.clone(),
+                seq: Some(stored.seq),
+                detail,
+            })
+        };
+        let stats = store.load(&mut apply)?;
+        tracing::info!(
+            records = stats.records,
+            datasets = datasets.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "recovered ledgers from {}",
+            store.describe()
+        );
+        Ok(Self {
+            datasets,
+            store,
+            auth,
+            limits,
+            metrics,
+        })
+    }
+
+    /// The dataset, or 404.
+    pub fn dataset(&self, id: &str) -> Result<Arc<Dataset>, Problem> {
+        self.datasets
+            .get(id)
+            .map(|d| d.clone())
+            .ok_or_else(|| Problem::not_found(format!("no dataset {id:?}")))
+    }
+
+    /// Every dataset id, sorted.
+    pub fn dataset_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.datasets.iter().map(|e| e.key().clone()).collect();
+        ids.sort();
+        ids
+    }
+
+    fn writable(&self, id: &str) -> Result<Arc<Dataset>, Problem> {
+        let ds = self.dataset(id)?;
+        if ds.archived.load(Ordering::Acquire) {
+            return Err(Problem::conflict(format!(
+                "dataset {id:?} is archived and read-only"
+            )));
+        }
+        Ok(ds)
+    }
+
+    async fn persist(&self, records: Vec<Record>) -> Result<(), Problem> {
+        let started = Instant::now();
+        append_async(&self.store, records)
+            .await
+            .map_err(store_problem)?;
+        metrics::histogram!("dpledger_store_commit_seconds")
+            .record(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Create a dataset. 409 if the id is taken.
+    pub async fn create_dataset(
+        &self,
+        id: &str,
+        config: DatasetConfig,
+    ) -> Result<Arc<Dataset>, Problem> {
+        if !valid_dataset_id(id) {
+            return Err(
+                Problem::bad_request("id must be 1-64 characters of A-Z a-z 0-9 . _ -")
+                    .with_field("id"),
+            );
+        }
+        let ledger = Ledger::new(config.clone())?;
+        // The entry is reserved first so two concurrent creates cannot both persist.
+        let dataset = Arc::new(Dataset {
+            id: id.to_string(),
+            ledger: RwLock::new(ledger),
+            archived: AtomicBool::new(false),
+        });
+        let guard = dataset.ledger.write().await;
+        match self.datasets.entry(id.to_string()) {
+            dashmap::Entry::Occupied(_) => {
+                return Err(Problem::conflict(format!("dataset {id:?} already exists")))
+            }
+            dashmap::Entry::Vacant(v) => {
+                v.insert(dataset.clone());
+            }
+        }
+        let payload = serde_json::to_vec(&CreatedPayload { config })
+            .map_err(|e| Problem::bad_request(e.to_string()))?;
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::DatasetCreated,
+            step: None,
+            part: None,
+            payload,
+        };
+        if let Err(p) = self.persist(vec![record]).await {
+            self.datasets.remove(id);
+            return Err(p);
+        }
+        drop(guard.downgrade());
+        Ok(dataset)
+    }
+
+    /// Apply one step report (or part): validate, persist, apply.
+    pub async fn report_step(&self, id: &str, report: StepReport) -> Result<StepOutcome, Problem> {
+        let ds = self.writable(id)?;
+        let started = Instant::now();
+        let mut ledger = ds.ledger.write().await;
+        if let Some(previous) = ledger.check_step(&report)? {
+            return Ok(previous);
+        }
+        let part = report.part_or_whole();
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::StepPart,
+            step: Some(report.step),
+            part: Some(part.index),
+            payload: payload_from_report(&report).encode(),
+        };
+        self.persist(vec![record]).await?;
+        let outcome = ledger.step(&report).map_err(|e| {
+            // check_step promised this cannot happen; the log is the truth, so a
+            // restart would rebuild the ledger from it.
+            tracing::error!(dataset = id, step = report.step, error = %e, "step persisted but not applied");
+            Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "step recorded but not applied: restart the server to reload the log")
+        })?;
+        metrics::counter!("dpledger_steps_total").increment(1);
+        metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);
+        metrics::histogram!("dpledger_step_seconds").record(started.elapsed().as_secs_f64());
+        Ok(outcome)
+    }
+
+    /// Apply a full-batch refresh: validate, persist, apply.
+    pub async fn refresh(
+        &self,
+        id: &str,
+        ids: Vec<u64>,
+        norms: Vec<f64>,
+    ) -> Result<RefreshOutcome, Problem> {
+        let ds = self.writable(id)?;
+        let mut ledger = ds.ledger.write().await;
+        ledger.check_refresh(&ids, &norms)?;
+        let payload = StepPayload {
+            step: ledger.next_step(),
+            part: None,
+            noise_multiplier: None,
+            sampling_rate: None,
+            ids,
+            norms,
+        };
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::Refresh,
+            step: None,
+            part: None,
+            payload: payload.encode(),
+        };
+        self.persist(vec![record]).await?;
+        ledger.refresh(&payload.ids, &payload.norms).map_err(|e| {
+            tracing::error!(dataset = id, error = %e, "refresh persisted but not applied");
+            Problem::internal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "refresh recorded but not applied: restart the server",
+            )
+        })
+    }
+
+    /// Archive a dataset: read-only from then on, never deleted.
+    pub async fn archive(&self, id: &str) -> Result<(), Problem> {
+        let ds = self.dataset(id)?;
+        let _guard = ds.ledger.write().await;
+        if ds.archived.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::Archived,
+            step: None,
+            part: None,
+            payload: Vec::new(),
+        };
+        self.persist(vec![record]).await?;
+        ds.archived.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The durable encoding of a step report.
+pub fn payload_from_report(report: &StepReport) -> StepPayload {
+    StepPayload {
+        step: report.step,
+        part: report.part.map(|p| (p.index, p.count)),
+        noise_multiplier: report.noise_multiplier,
+        sampling_rate: report.sampling_rate,
+        ids: report.ids.clone(),
+        norms: report.norms.clone(),
+    }
+}
+
+/// The step report a durable (or binary HTTP) payload encodes.
+pub fn report_from_payload(payload: StepPayload) -> StepReport {
+    StepReport {
+        step: payload.step,
+        ids: payload.ids,
+        norms: payload.norms,
+        noise_multiplier: payload.noise_multiplier,
+        sampling_rate: payload.sampling_rate,
+        part: payload
+            .part
+            .map(|(index, count)| crate::ledger::Part { index, count }),
+    }
+}
+
+/// Apply one stored record during recovery; `Err` describes why it does not apply.
+fn apply_record(
+    datasets: &DashMap<String, Arc<Dataset>>,
+    stored: &StoredRecord,
+) -> Result<(), String> {
+    let rec = &stored.record;
+    let existing = || {
+        datasets
+            .get(&rec.dataset)
+            .map(|d| d.clone())
+            .ok_or_else(|| format!("record for unknown dataset {:?}", rec.dataset))
+    };
+    match rec.kind {
+        RecordKind::DatasetCreated => {
+            let payload: CreatedPayload =
+                serde_json::from_slice(&rec.payload).map_err(|e| format!("dataset config: {e}"))?;
+            let ledger = Ledger::new(payload.config).map_err(|e| format!("dataset config: {e}"))?;
+            if datasets.contains_key(&rec.dataset) {
+                return Err(format!("dataset {:?} created twice", rec.dataset));
+            }
+            datasets.insert(
+                rec.dataset.clone(),
+                Arc::new(Dataset {
+                    id: rec.dataset.clone(),
+                    ledger: RwLock::new(ledger),
+                    archived: AtomicBool::new(false),
+                }),
+            );
+        }
+        RecordKind::StepPart => {
+            let ds = existing()?;
+            let payload =
+                StepPayload::decode(&rec.payload).map_err(|e| format!("step payload: {e}"))?;
+            let report = report_from_payload(payload);
+            let mut ledger = ds
+                .ledger
+                .try_write()
+                .map_err(|_| "ledger busy during recovery".to_string())?;
+            let outcome = ledger
+                .step(&report)
+                .map_err(|e| format!("step {} does not apply: {e}", report.step))?;
+            if outcome.duplicate {
+                return Err(format!("step {} recorded twice", report.step));
+            }
+        }
+        RecordKind::Refresh => {
+            let ds = existing()?;
+            let payload =
+                StepPayload::decode(&rec.payload).map_err(|e| format!("refresh payload: {e}"))?;
+            let mut ledger = ds
+                .ledger
+                .try_write()
+                .map_err(|_| "ledger busy during recovery".to_string())?;
+            if ledger.next_step() != payload.step {
+                return Err(format!(
+                    "refresh recorded before step {} but the log reaches step {}",
+                    payload.step,
+                    ledger.next_step()
+                ));
+            }
+            ledger
+                .refresh(&payload.ids, &payload.norms)
+                .map_err(|e| format!("refresh does not apply: {e}"))?;
+        }
+        RecordKind::Archived => {
+            existing()?.archived.store(true, Ordering::Release);
+        }
+        other => {
+            return Err(format!(
+                "record kind {other:?} is not supported by this version of dpledger"
+            ))
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,268 @@
+//! `dpledger serve`, `dpledger token` and `dpledger openapi`.
+
+use crate::api::auth::{claims_for, parse_ttl, Authorizer, Role};
+use crate::api::routes::{openapi_document, router};
+use crate::api::state::{AppState, Limits};
+use anyhow::Context;
+use base64::Engine;
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the HS256 secret file in the data directory.
+pub const SECRET_FILE: &str = "secret";
+/// Name of the admin token file written on first start.
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// Where secrets live.
+#[derive(Debug, Clone, Args)]
+pub struct DataDirArg {
+    /// Directory for the embedded store, the server secret and the admin token.
+    #[arg(long, default_value = "data", env = "DPLEDGER_DATA_DIR")]
+    pub data_dir: PathBuf,
+}
+
+/// Algorithms accepted from an external identity provider.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExternalAlgorithm {
+    /// Ed25519 signatures.
+    Eddsa,
+    /// RSA PKCS#1 v1.5 with SHA-256.
+    Rs256,
+}
+
+/// `dpledger serve`.
+#[derive(Debug, Args)]
+pub struct ServeCmd {
+    /// Address to listen on (port 0 picks a free port; the bound address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// `sqlite:PATH` or `postgres://...`; default `sqlite:<data-dir>/dpledger.sqlite`.
+    #[arg(long, env = "DPLEDGER_STORE")]
+    pub store: Option<String>,
+    #[command(flatten)]
+    pub data: DataDirArg,
+    /// Largest accepted request body in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_body_bytes: usize,
+    /// Verify tokens with this PEM public key of an external identity provider
+    /// instead of the local HS256 secret.
+    #[arg(long)]
+    pub jwt_public_key: Option<PathBuf>,
+    /// Algorithm of `--jwt-public-key`.
+    #[arg(long, value_enum, default_value_t = ExternalAlgorithm::Eddsa)]
+    pub jwt_algorithm: ExternalAlgorithm,
+    /// Required `iss` claim of external tokens.
+    #[arg(long)]
+    pub jwt_issuer: Option<String>,
+}
+
+/// `dpledger token`: mint a bearer token with the server secret.
+#[derive(Debug, Args)]
+pub struct TokenCmd {
+    /// The role.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// The dataset (required for every role but admin).
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Owner tokens: comma-separated example ids.
+    #[arg(long)]
+    pub examples: Option<String>,
+    /// Lifetime, e.g. 30d, 12h, 15m, 90s.
+    #[arg(long, default_value = "30d")]
+    pub ttl: String,
+    /// Subject recorded in the token (who it is for).
+    #[arg(long, default_value = "dpledger-cli")]
+    pub subject: String,
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
+/// `dpledger openapi`: print or write the OpenAPI document.
+#[derive(Debug, Args)]
+pub struct OpenApiCmd {
+    /// Write to this file instead of stdout (e.g. openapi/openapi.json).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+#[cfg(unix)]
+fn write_private(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn write_private(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("creating {}", path.display()))
+}
+
+/// Read the server secret, creating it (and an admin token) on first start.
+pub fn load_or_create_secret(data_dir: &Path, create: bool) -> anyhow::Result<Vec<u8>> {
+    let path = data_dir.join(SECRET_FILE);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let secret = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .with_context(|| format!("{} is not valid base64", path.display()))?;
+        anyhow::ensure!(
+            secret.len() >= 32,
+            "{} holds fewer than 32 bytes",
+            path.display()
+        );
+        return Ok(secret);
+    }
+    anyhow::ensure!(
+        create,
+        "no server secret at {}: start `dpledger serve` once first",
+        path.display()
+    );
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let mut secret = vec![0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no system randomness: {e}"))?;
+    write_private(
+        &path,
+        base64::engine::general_purpose::STANDARD
+            .encode(&secret)
+            .as_bytes(),
+    )?;
+    let admin = Authorizer::hs256(&secret).mint(&claims_for(
+        "admin",
+        Role::Admin,
+        None,
+        None,
+        365 * 86_400,
+    )?)?;
+    let token_path = data_dir.join(ADMIN_TOKEN_FILE);
+    write_private(&token_path, admin.as_bytes())?;
+    tracing::info!(path = %token_path.display(), "created the server secret and an admin token (readable only by this user)");
+    Ok(secret)
+}
+
+fn install_metrics() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).ok()?;
+    Some(handle)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+impl ServeCmd {
+    /// Recover the ledgers and serve until SIGINT/SIGTERM.
+    pub fn run(&self) -> anyhow::Result<()> {
+        let auth = match &self.jwt_public_key {
+            Some(path) => {
+                let pem =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                let alg = match self.jwt_algorithm {
+                    ExternalAlgorithm::Eddsa => jsonwebtoken::Algorithm::EdDSA,
+                    ExternalAlgorithm::Rs256 => jsonwebtoken::Algorithm::RS256,
+                };
+                Authorizer::external(&pem, alg, self.jwt_issuer.as_deref())?
+            }
+            None => Authorizer::hs256(&load_or_create_secret(&self.data.data_dir, true)?),
+        };
+        let url = self.store.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite:{}",
+                self.data.data_dir.join("dpledger.sqlite").display()
+            )
+        });
+        let store =
+            crate::store::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?;
+        let limits = Limits {
+            max_body_bytes: self.max_body_bytes,
+            ..Limits::default()
+        };
+        let state = AppState::recover(store, auth, limits, install_metrics())
+            .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(&self.listen)
+                .await
+                .with_context(|| format!("binding {}", self.listen))?;
+            let addr = listener.local_addr()?;
+            println!("dpledger listening on http://{addr}");
+            tracing::info!(%addr, "listening");
+            axum::serve(listener, router(Arc::new(state)))
+                .with_graceful_shutdown(shutdown_signal())
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+impl TokenCmd {
+    /// Mint and print a token.
+    pub fn run(&self) -> anyhow::Result<String> {
+        let secret = load_or_create_secret(&self.data.data_dir, false)?;
+        let examples = self
+            .examples
+            .as_deref()
+            .map(|text| {
+                text.split(',')
+                    .map(|s| {
+                        s.trim()
+                            .parse::<u64>()
+                            .map_err(|e| anyhow::anyhow!("invalid --examples {s:?}: {e}"))
+                    })
+                    .collect::<anyhow::Result<std::collections::BTreeSet<u64>>>()
+            })
+            .transpose()?;
+        let claims = claims_for(
+            &self.subject,
+            self.role,
+            self.dataset.clone(),
+            examples,
+            parse_ttl(&self.ttl)?,
+        )?;
+        Authorizer::hs256(&secret).mint(&claims)
+    }
+}
+
+impl OpenApiCmd {
+    /// Print or write the document.
+    pub fn run(&self) -> anyhow::Result<Option<String>> {
+        let doc = openapi_document();
+        match &self.output {
+            Some(path) => {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
+                Ok(None)
+            }
+            None => Ok(Some(doc)),
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! Offline replay of a JSON-lines trace (issue 3, item 6). The format is fixed
+//! (other tools write it):
+//!
+//! ```text
+//! {"dataset": {"examples": n, "max_grad_norm": C, "rounding": r, "noise_multiplier": s,
+//!              "sampling_rate": q, "orders": [...]}}          <- line 1; orders optional
+//! {"step": t, "ids": [...], "norms": [...]}                    <- optional "noise_multiplier",
+//!                                                                 "sampling_rate" overrides
+//! {"refresh": {"ids": [...], "norms": [...]}}
+//! ```
+//!
+//! Steps are numbered from 0 and follow the ledger's protocol (in order; an identical
+//! repeated line is a retry and changes nothing). Blank lines are ignored. Errors name
+//! the 1-based line and what was wrong. A replay is how a ledger is recovered, so it
+//! is built for throughput: one reused line buffer, no per-step copies, and JSON
+//! parsing on the calling thread overlapped with the ledger's work on a worker.
+
+use super::config::{Clipping, DatasetConfig, Sampling};
+use super::dataset::Ledger;
+use super::protocol::StepReport;
+use crate::accounting::conversion::{Conversion, EpsilonAtOrder};
+use crate::accounting::validate;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::io::BufRead;
+
+/// A replay failure: the trace line (1-based; 0 when the arguments were wrong) and
+/// what was wrong with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", if *.line == 0 { message.clone() } else { format!("line {}: {}", line, message) })]
+pub struct ReplayError {
+    /// The 1-based line of the trace, or 0 for an error in the arguments.
+    pub line: usize,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl ReplayError {
+    fn at(line: usize, message: impl Into<String>) -> Self {
+        Self {
+            line,
+            message: message.into(),
+        }
+    }
+}
+
+/// One example's result.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReplayExample {
+    /// The example.
+    pub id: u64,
+    /// Its epsilon at the replay's delta.
+    pub epsilon: f64,
+    /// The optimal order.
+    pub order: f64,
+}
+
+/// The result of a replay. Serialises to exactly
+/// `{"worst_case": {"epsilon", "order"}, "examples": [{"id", "epsilon", "order"}, ...]}`
+/// with examples sorted by id; the other fields feed [`ReplayReport::to_text`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// The data-independent accountant's epsilon.
+    pub worst_case: EpsilonAtOrder,
+    /// Every example, by id.
+    pub examples: Vec<ReplayExample>,
+    /// Steps replayed.
+    #[serde(skip)]
+    pub steps: u64,
+    /// The delta of every epsilon.
+    #[serde(skip)]
+    pub delta: f64,
+    /// The conversion used.
+    #[serde(skip)]
+    pub conversion: Conversion,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TraceDataset {
+    examples: u64,
+    max_grad_norm: f64,
+    #[serde(default)]
+    rounding: Option<f64>,
+    noise_multiplier: f64,
+    sampling_rate: f64,
+    #[serde(default)]
+    orders: Option<Vec<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TraceRefresh {
+    ids: Vec<u64>,
+    norms: Vec<f64>,
+}
+
+/// Any line; which fields are present decides what it is.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TraceLine {
+    #[serde(default)]
+    dataset: Option<TraceDataset>,
+    #[serde(default)]
+    step: Option<u64>,
+    #[serde(default)]
+    ids: Option<Vec<u64>>,
+    #[serde(default)]
+    norms: Option<Vec<f64>>,
+    #[serde(default)]
+    noise_multiplier: Option<f64>,
+    #[serde(default)]
+    sampling_rate: Option<f64>,
+    #[serde(default)]
+    refresh: Option<TraceRefresh>,
+}
+
+/// serde_json's message without its "at line 1 column c" suffix (always line 1:
+/// we parse one line at a time), with the column kept.
+fn json_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let text = text
+        .rsplit_once(" at line ")
+        .map_or(text.as_str(), |(m, _)| m);
+    format!("{text} (column {})", e.column())
+}
+
+/// Replay the trace in `reader` and report every example's epsilon and the worst
+/// case at `delta` with `conversion`.
+pub fn replay<R: BufRead>(
+    mut reader: R,
+    delta: f64,
+    conversion: Conversion,
+) -> Result<ReplayReport, ReplayError> {
+    validate::delta("delta", delta).map_err(|e| ReplayError::at(0, e.to_string()))?;
+    let mut lines = TraceReader {
+        reader: &mut reader,
+        buf: String::new(),
+        line_no: 0,
+    };
+    let Some(first) = lines.next_line() else {
+        return Err(ReplayError::at(
+            lines.line_no.saturating_sub(1).max(1),
+            "the trace is empty: its first line must be {\"dataset\": {...}}",
+        ));
+    };
+    let (line_no, first) = first?;
+    let ledger = start(first, line_no, delta)?;
+    // Parsing JSON and applying steps cost about the same: overlap them. This thread
+    // keeps the reader (which need not be `Send`) and parses; a worker owns the
+    // ledger and applies lines in order.
+    let ledger = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, TraceLine)>(PIPELINE_DEPTH);
+        let worker = scope.spawn(move || -> Result<Ledger, ReplayError> {
+            let mut ledger = ledger;
+            for (line_no, line) in rx {
+                apply_line(&mut ledger, line, line_no)?;
+            }
+            Ok(ledger)
+        });
+        let mut parse_error = None;
+        while let Some(next) = lines.next_line() {
+            match next {
+                Ok(parsed) => {
+                    if tx.send(parsed).is_err() {
+                        break; // the worker stopped at an error
+                    }
+                }
+                Err(e) => {
+                    parse_error = Some(e);
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        // An error the worker met comes from an earlier line than a parse error.
+        let ledger = worker
+            .join()
+            .map_err(|_| ReplayError::at(0, "the replay worker failed unexpectedly"))??;
+        match parse_error {
+            Some(e) => Err(e),
+            None => Ok(ledger),
+        }
+    })?;
+    let worst = ledger
+        .worst_case(delta, conversion)
+        .map_err(|e| ReplayError::at(0, e.to_string()))?;
+    let examples = ledger
+        .epsilons(delta, conversion)
+        .map_err(|e| ReplayError::at(0, e.to_string()))?
+        .into_iter()
+        .enumerate()
+        .map(|(id, e)| ReplayExample {
+            id: id as u64,
+            epsilon: e.epsilon,
+            order: e.order,
+        })
+        .collect();
+    Ok(ReplayReport {
+        worst_case: EpsilonAtOrder {
+            epsilon: worst.epsilon,
+            order: worst.order,
+        },
+        examples,
+        steps: ledger.next_step(),
+        delta,
+        conversion,
+    })
+}
+
+/// Parsed lines in flight between the parsing thread and the applying worker.
+const PIPELINE_DEPTH: usize = 64;
+
+/// Reads and parses the trace one non-blank line at a time, counting lines.
+struct TraceReader<'a, R: BufRead> {
+    reader: &'a mut R,
+    buf: String,
+    line_no: usize,
+}
+
+impl<R: BufRead> TraceReader<'_, R> {
+    /// The next non-blank line with its 1-based number, `None` at the end.
+    fn next_line(&mut self) -> Option<Result<(usize, TraceLine), ReplayError>> {
+        loop {
+            self.buf.clear();
+            self.line_no += 1;
+            let line_no = self.line_no;
+            match self.reader.read_line(&mut self.buf) {
+                Err(e) => {
+                    return Some(Err(ReplayError::at(
+                        line_no,
+                        format!("cannot read the trace: {e}"),
+                    )))
+                }
+                Ok(0) => return None,
+                Ok(_) if self.buf.trim().is_empty() => continue,
+                Ok(_) => {
+                    return Some(
+                        serde_json::from_str(&self.buf)
+                            .map(|line| (line_no, line))
+                            .map_err(|e| ReplayError::at(line_no, json_message(&e))),
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// The ledger described by the first line.
+fn start(line: TraceLine, line_no: usize, delta: f64) -> Result<Ledger, ReplayError> {
+    let other_fields = line.step.is_some()
+        || line.ids.is_some()
+        || line.norms.is_some()
+        || line.noise_multiplier.is_some()
+        || line.sampling_rate.is_some()
+        || line.refresh.is_some();
+    let Some(d) = line.dataset.filter(|_| !other_fields) else {
+        return Err(ReplayError::at(
+            line_no,
+            "the first line must be {\"dataset\": {...}} and nothing else",
+        ));
+    };
+    let config = DatasetConfig {
+        examples: d.examples,
+        max_grad_norm: d.max_grad_norm,
+        rounding: d.rounding,
+        noise_multiplier: d.noise_multiplier,
+        sampling: Sampling::Poisson {
+            rate: d.sampling_rate,
+        },
+        orders: d.orders,
+        delta,
+        clipping: Clipping::PerExample,
+        individual_budget: None,
+    };
+    Ledger::new(config).map_err(|e| ReplayError::at(line_no, format!("dataset: {e}")))
+}
+
+/// Apply one step or refresh line.
+fn apply_line(ledger: &mut Ledger, line: TraceLine, line_no: usize) -> Result<(), ReplayError> {
+    if line.dataset.is_some() {
+        return Err(ReplayError::at(
+            line_no,
+            "only the first line may be a dataset line",
+        ));
+    }
+    if let Some(refresh) = line.refresh {
+        let stray = line.step.is_some()
+            || line.ids.is_some()
+            || line.norms.is_some()
+            || line.noise_multiplier.is_some()
+            || line.sampling_rate.is_some();
+        if stray {
+            return Err(ReplayError::at(
+                line_no,
+                "a refresh line holds only {\"refresh\": {\"ids\": [...], \"norms\": [...]}}",
+            ));
+        }
+        ledger
+            .refresh(&refresh.ids, &refresh.norms)
+            .map_err(|e| ReplayError::at(line_no, format!("refresh: {e}")))?;
+        return Ok(());
+    }
+    let Some(step) = line.step else {
+        return Err(ReplayError::at(
+            line_no,
+            "expected a step line {\"step\": t, \"ids\": [...], \"norms\": [...]} or a refresh line",
+        ));
+    };
+    let (Some(ids), Some(norms)) = (line.ids, line.norms) else {
+        return Err(ReplayError::at(
+            line_no,
+            format!("step {step}: missing \"ids\" or \"norms\""),
+        ));
+    };
+    let report = StepReport {
+        step,
+        ids,
+        norms,
+        noise_multiplier: line.noise_multiplier,
+        sampling_rate: line.sampling_rate,
+        part: None,
+    };
+    ledger
+        .step(&report)
+        .map_err(|e| ReplayError::at(line_no, format!("step {step}: {e}")))?;
+    Ok(())
+}
+
+impl ReplayReport {
+    /// A human-readable summary: the worst case, quantiles of the per-example
+    /// epsilons, and the share of examples at the worst case.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let conversion = match self.conversion {
+            Conversion::Improved => "improved",
+            Conversion::Classic => "classic",
+        };
+        let _ = writeln!(
+            out,
+            "replayed {} steps over {} examples (delta = {:e}, {conversion} conversion)",
+            self.steps,
+            self.examples.len(),
+            self.delta
+        );
+        let _ = writeln!(
+            out,
+            "worst case (data-independent): epsilon = {:.6} at order {}",
+            self.worst_case.epsilon, self.worst_case.order
+        );
+        if self.examples.is_empty() {
+            return out;
+        }
+        let mut eps: Vec<f64> = self.examples.iter().map(|e| e.epsilon).collect();
+        eps.sort_by(f64::total_cmp);
+        let quantile = |p: f64| {
+            let rank = ((p * eps.len() as f64).ceil() as usize).clamp(1, eps.len());
+            eps[rank - 1]
+        };
+        let mean = eps.iter().sum::<f64>() / eps.len() as f64;
+        let _ = writeln!(out, "per-example epsilon:");
+        for (label, p) in [
+            ("min", 0.0),
+            ("p10", 0.10),
+            ("p25", 0.25),
+            ("median", 0.50),
+            ("p75", 0.75),
+            ("p90", 0.90),
+            ("p99", 0.99),
+            ("max", 1.0),
+        ] {
+            let _ = writeln!(out, "  {label:<7} {:.6}", quantile(p));
+        }
+        let _ = writeln!(out, "  {:<7} {:.6}", "mean", mean);
+        let at_worst = eps
+            .iter()
+            .filter(|&&e| e >= self.worst_case.epsilon)
+            .count();
+        let _ = writeln!(
+            out,
+            "at the worst case: {at_worst} of {} examples ({:.2}%)",
+            eps.len(),
+            100.0 * at_worst as f64 / eps.len() as f64
+        );
+        out
+    }
+}

@@ -1,0 +1,195 @@
+//! Test harness: the real `dpledger` binary on a free loopback port, driven over
+//! HTTP. Shared by the integration tests.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Path of the binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_dpledger"))
+}
+
+/// A running server process.
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    pub data_dir: PathBuf,
+    pub store: Option<String>,
+}
+
+impl Server {
+    /// Start on a fresh port with the given data dir (and optional store URL).
+    pub fn start(data_dir: &Path, store: Option<&str>) -> Server {
+        Self::try_start(data_dir, store).unwrap_or_else(|e| panic!("server did not start: {e}"))
+    }
+
+    /// Start, or return what the server printed when it refused to start.
+    pub fn try_start(data_dir: &Path, store: Option<&str>) -> Result<Server, String> {
+        let mut cmd = Command::new(binary());
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir);
+        if let Some(s) = store {
+            cmd.arg("--store").arg(s);
+        }
+        cmd.env("DPLEDGER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        if let Some(addr) = line.trim().strip_prefix("dpledger listening on ") {
+            return Ok(Server {
+                child: Some(child),
+                url: addr.to_string(),
+                data_dir: data_dir.to_path_buf(),
+                store: store.map(String::from),
+            });
+        }
+        let output = child.wait_with_output().map_err(|e| e.to_string())?;
+        Err(format!(
+            "{}{}",
+            line,
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kill and start again on the same data dir and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        let fresh = Server::start(&self.data_dir.clone(), self.store.clone().as_deref());
+        *self = fresh;
+    }
+
+    /// The admin token written on first start.
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin.token"))
+            .expect("admin token")
+            .trim()
+            .to_string()
+    }
+
+    /// Mint a token with `dpledger token`.
+    pub fn token(&self, role: &str, dataset: Option<&str>, examples: Option<&str>) -> String {
+        let mut cmd = Command::new(binary());
+        cmd.arg("token")
+            .arg("--role")
+            .arg(role)
+            .arg("--data-dir")
+            .arg(&self.data_dir);
+        if let Some(d) = dataset {
+            cmd.arg("--dataset").arg(d);
+        }
+        if let Some(e) = examples {
+            cmd.arg("--examples").arg(e);
+        }
+        let out = cmd.output().expect("token command");
+        assert!(
+            out.status.success(),
+            "token: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A response: status, content type and parsed JSON body (Null if not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Value,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
+fn finish(result: Result<ureq::Response, ureq::Error>) -> Reply {
+    let resp = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transport error: {e}"),
+    };
+    let status = resp.status();
+    let content_type = resp.header("content-type").unwrap_or("").to_string();
+    let text = resp.into_string().unwrap_or_default();
+    Reply {
+        status,
+        content_type,
+        body: serde_json::from_str(&text).unwrap_or(Value::Null),
+    }
+}
+
+/// `GET url` with an optional bearer token.
+pub fn get(url: &str, token: Option<&str>) -> Reply {
+    let mut req = agent().get(url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    finish(req.call())
+}
+
+/// `POST url` with a JSON body.
+pub fn post(url: &str, token: Option<&str>, body: &Value) -> Reply {
+    let mut req = agent().post(url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    finish(req.send_json(body.clone()))
+}
+
+/// `POST url` with a raw body and content type.
+pub fn post_raw(url: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
+    let mut req = agent().post(url).set("Content-Type", content_type);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    finish(req.send_bytes(body))
+}
+
+/// A small Poisson dataset config.
+pub fn poisson_config(n: u64, q: f64, sigma: f64) -> Value {
+    json!({
+        "examples": n,
+        "max_grad_norm": 1.0,
+        "rounding": 0.01,
+        "noise_multiplier": sigma,
+        "sampling": {"kind": "poisson", "rate": q},
+        "delta": 1e-5,
+    })
+}
+
+/// Relative difference.
+pub fn rel(a: f64, b: f64) -> f64 {
+    if a == b {
+        0.0
+    } else {
+        ((a - b) / b).abs()
+    }
+}

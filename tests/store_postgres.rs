@@ -1,0 +1,541 @@
+//! The PostgreSQL event log against a real server.
+//!
+//! The server is `postgres://postgres@127.0.0.1:5432/test` (trust auth) unless
+//! `DPLEDGER_TEST_POSTGRES_URL` names another. Each test works in its own schema
+//! (`t_<pid>_<n>_<nanos>`, selected with `options=-csearch_path=...` and dropped at
+//! the end), so tests run in parallel without colliding.
+//!
+//! When the server is unreachable these tests FAIL: a silently skipped durability
+//! test is worse than a red one. Set `DPLEDGER_SKIP_POSTGRES=1` to skip them
+//! explicitly (for example on a laptop without PostgreSQL).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+
+use dpledger::store::{self, Record, RecordKind, StepPayload, Store, StoreError, StoredRecord};
+use postgres::NoTls;
+
+const URL_ENV: &str = "DPLEDGER_TEST_POSTGRES_URL";
+const SKIP_ENV: &str = "DPLEDGER_SKIP_POSTGRES";
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+static SCHEMAS: AtomicU64 = AtomicU64::new(0);
+
+/// A private schema on the test server, dropped when the test ends.
+struct TestSchema {
+    base: String,
+    schema: String,
+    url: String,
+}
+
+impl TestSchema {
+    /// `None` only when the server is unreachable and skipping was asked for.
+    fn new() -> Option<TestSchema> {
+        // On a plain thread: the blocking client cannot run inside a tokio runtime.
+        match std::thread::spawn(TestSchema::create).join() {
+            Ok(schema) => schema,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    fn create() -> Option<TestSchema> {
+        let base = std::env::var(URL_ENV).unwrap_or_else(|_| DEFAULT_URL.to_string());
+        let mut client = match postgres::Client::connect(&base, NoTls) {
+            Ok(client) => client,
+            Err(e) => {
+                let e = match std::error::Error::source(&e) {
+                    Some(cause) => format!("{e}: {cause}"),
+                    None => e.to_string(),
+                };
+                if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
+                    eprintln!(
+                        "skipping: PostgreSQL at {base} is unreachable ({e}) and {SKIP_ENV}=1"
+                    );
+                    return None;
+                }
+                panic!(
+                    "PostgreSQL at {base} is unreachable: {e}. Start it (or point {URL_ENV} at \
+                     one), or set {SKIP_ENV}=1 to skip the PostgreSQL tests explicitly"
+                );
+            }
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let schema = format!(
+            "t_{}_{}_{nanos}",
+            std::process::id(),
+            SCHEMAS.fetch_add(1, Ordering::SeqCst)
+        );
+        client
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
+        Some(TestSchema { base, schema, url })
+    }
+
+    /// A plain client whose search path is the test schema, for tampering.
+    fn raw(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url, NoTls).unwrap()
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        let (base, schema) = (self.base.clone(), self.schema.clone());
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut client) = postgres::Client::connect(&base, NoTls) {
+                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            }
+        })
+        .join();
+    }
+}
+
+fn event(dataset: &str, kind: RecordKind, payload: &str) -> Record {
+    Record {
+        dataset: dataset.into(),
+        kind,
+        step: None,
+        part: None,
+        payload: payload.as_bytes().to_vec(),
+    }
+}
+
+fn step(dataset: &str, step: u64, part: Option<u32>) -> Record {
+    let payload = StepPayload {
+        step,
+        part: part.map(|p| (p, 4)),
+        noise_multiplier: Some(1.1),
+        sampling_rate: None,
+        ids: vec![step * 3, step * 3 + 1],
+        norms: vec![f64::from_bits(0x7ff8_0000_0000_0001), -0.0],
+    };
+    Record {
+        dataset: dataset.into(),
+        kind: RecordKind::StepPart,
+        step: Some(step),
+        part,
+        payload: payload.encode(),
+    }
+}
+
+fn load_all(store: &dyn Store) -> Result<Vec<StoredRecord>, StoreError> {
+    let mut out = Vec::new();
+    store.load(&mut |r| {
+        out.push(r);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn assert_contiguous(records: &[StoredRecord]) {
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.seq, i as u64 + 1, "seq not contiguous at position {i}");
+    }
+}
+
+#[test]
+fn round_trip_and_reopen() {
+    let Some(db) = TestSchema::new() else { return };
+    let records = vec![
+        event("alpha", RecordKind::DatasetCreated, "{\"n\":1}"),
+        step("alpha", 0, None),
+        step("alpha", 1, Some(0)),
+        step("alpha", 1, Some(3)),
+        event("alpha", RecordKind::Refresh, "{}"),
+        event("alpha", RecordKind::Release, ""),
+        event("alpha", RecordKind::BudgetChange, "{\"b\":3}"),
+        Record {
+            step: Some(i64::MAX as u64),
+            part: Some(u32::MAX),
+            ..event("beta ✓ 'quoted'", RecordKind::Archived, "x")
+        },
+    ];
+    {
+        let store = store::open(&db.url).unwrap();
+        assert!(store
+            .describe()
+            .starts_with("postgres://postgres@127.0.0.1"));
+        assert!(load_all(&*store).unwrap().is_empty());
+        assert_eq!(store.append(records[..2].to_vec()).unwrap(), vec![1, 2]);
+        assert_eq!(
+            store.append(records[2..].to_vec()).unwrap(),
+            (3..=8).collect::<Vec<u64>>()
+        );
+        assert_eq!(store.append(vec![]).unwrap(), Vec::<u64>::new());
+    }
+    let store = store::open(&db.url).unwrap();
+    let loaded = load_all(&*store).unwrap();
+    assert_contiguous(&loaded);
+    let got: Vec<Record> = loaded.into_iter().map(|r| r.record).collect();
+    assert_eq!(got, records);
+    let p = StepPayload::decode(&got[1].payload).unwrap();
+    assert_eq!(
+        p.norms[0].to_bits(),
+        0x7ff8_0000_0000_0001,
+        "NaN payload kept"
+    );
+    assert_eq!(store.append(vec![step("alpha", 2, None)]).unwrap(), vec![9]);
+}
+
+#[test]
+fn duplicates_write_nothing_of_their_call() {
+    let Some(db) = TestSchema::new() else { return };
+    let store = store::open(&db.url).unwrap();
+    store.append(vec![step("d", 0, None)]).unwrap();
+    let err = store
+        .append(vec![
+            event("d", RecordKind::Refresh, "{}"),
+            step("d", 1, None),
+            step("d", 0, None),
+        ])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::Duplicate {
+            dataset: "d".into(),
+            step: 0,
+            part: None
+        }
+    );
+    let err = store
+        .append(vec![step("d", 5, Some(2)), step("d", 5, Some(2))])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Duplicate {
+                step: 5,
+                part: Some(2),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = store.append(vec![step("d", 0, Some(0))]).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Duplicate { step: 0, .. }),
+        "{err}"
+    );
+    store
+        .append(vec![
+            step("d", 1, Some(1)),
+            step("e", 0, None),
+            event("d", RecordKind::Release, "{}"),
+        ])
+        .unwrap();
+    let loaded = load_all(&*store).unwrap();
+    assert_contiguous(&loaded);
+    assert_eq!(loaded.len(), 4);
+}
+
+#[test]
+fn two_processes_racing_for_each_step_store_it_once() {
+    let Some(db) = TestSchema::new() else { return };
+    // Two independent opens: two writer threads, two connections, like two servers.
+    let a = store::open(&db.url).unwrap();
+    let b = store::open(&db.url).unwrap();
+    let steps = 60u64;
+    let barrier = Arc::new(Barrier::new(2));
+    let run = |s: Arc<dyn Store>| {
+        let barrier = Arc::clone(&barrier);
+        std::thread::spawn(move || {
+            (0..steps)
+                .map(|i| {
+                    barrier.wait();
+                    match s.append(vec![
+                        step("shared", i, None),
+                        event("shared", RecordKind::Refresh, "{}"),
+                    ]) {
+                        Ok(seqs) => {
+                            assert_eq!(seqs.len(), 2);
+                            true
+                        }
+                        Err(StoreError::Duplicate { step, .. }) => {
+                            assert_eq!(step, i);
+                            false
+                        }
+                        Err(e) => panic!("step {i}: {e}"),
+                    }
+                })
+                .collect::<Vec<bool>>()
+        })
+    };
+    let (ha, hb) = (run(Arc::clone(&a)), run(Arc::clone(&b)));
+    let (wa, wb) = (ha.join().unwrap(), hb.join().unwrap());
+    for i in 0..steps as usize {
+        assert!(
+            wa[i] ^ wb[i],
+            "step {i}: a stored it {}, b stored it {}",
+            wa[i],
+            wb[i]
+        );
+    }
+    for s in [&a, &b] {
+        let loaded = load_all(&**s).unwrap();
+        assert_contiguous(&loaded);
+        assert_eq!(
+            loaded.len() as u64,
+            2 * steps,
+            "no loser left its Refresh behind"
+        );
+    }
+}
+
+#[test]
+fn concurrent_appends_are_numbered_without_gaps() {
+    let Some(db) = TestSchema::new() else { return };
+    let store = store::open(&db.url).unwrap();
+    let handles: Vec<_> = (0..16u64)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                (0..40u64)
+                    .map(|i| {
+                        (
+                            i,
+                            store.append(vec![step(&format!("t{t}"), i, None)]).unwrap()[0],
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .map(move |(i, seq)| (seq, t, i))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut acked: Vec<(u64, u64, u64)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    acked.sort_unstable();
+    let loaded = load_all(&*store).unwrap();
+    assert_contiguous(&loaded);
+    assert_eq!(loaded.len(), acked.len());
+    for ((seq, t, i), r) in acked.iter().zip(&loaded) {
+        assert_eq!(*seq, r.seq);
+        assert_eq!(
+            (r.record.dataset.as_str(), r.record.step),
+            (format!("t{t}").as_str(), Some(*i))
+        );
+    }
+}
+
+#[test]
+fn damage_is_reported() {
+    let Some(db) = TestSchema::new() else { return };
+    {
+        let store = store::open(&db.url).unwrap();
+        for i in 0..10 {
+            store.append(vec![step("d", i, None)]).unwrap();
+        }
+    }
+    let mut raw = db.raw();
+    // A changed payload byte fails the checksum of its row.
+    raw.execute(
+        "UPDATE dpledger_events SET payload = set_byte(payload, 10, get_byte(payload, 10) # 1) WHERE seq = 4",
+        &[],
+    )
+    .unwrap();
+    let store = store::open(&db.url).unwrap();
+    let err = load_all(&*store).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { seq: Some(4), detail, .. } if detail.contains("checksum")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("options=-csearch_path"),
+        "names the store: {err}"
+    );
+    raw.execute(
+        "UPDATE dpledger_events SET payload = set_byte(payload, 10, get_byte(payload, 10) # 1) WHERE seq = 4",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(load_all(&*store).unwrap().len(), 10, "repaired");
+    // A gap.
+    raw.execute("DELETE FROM dpledger_events WHERE seq = 6", &[])
+        .unwrap();
+    let err = load_all(&*store).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Corrupt { seq: Some(7), .. }),
+        "{err}"
+    );
+    // A lost tail.
+    raw.execute("DELETE FROM dpledger_events WHERE seq >= 6", &[])
+        .unwrap();
+    let err = load_all(&*store).unwrap_err();
+    assert!(
+        err.to_string().contains("records 6..=10 are missing"),
+        "{err}"
+    );
+    drop(store);
+    // A newer schema is refused at open.
+    raw.execute(
+        "UPDATE dpledger_meta SET value = 7 WHERE key = 'schema_version'",
+        &[],
+    )
+    .unwrap();
+    let err = store::open(&db.url).err().expect("refused");
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 7,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Tables without metadata are not silently adopted.
+    raw.batch_execute("DROP TABLE dpledger_meta").unwrap();
+    let err = store::open(&db.url).err().expect("refused");
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usable_from_inside_a_tokio_runtime() {
+    // The blocking postgres client starts its own runtime; the store must keep it
+    // off runtime threads (open and load are called here directly, on a worker).
+    let Some(db) = TestSchema::new() else { return };
+    let store = store::open(&db.url).unwrap();
+    let seqs = store::append_async(&store, vec![step("d", 0, None)])
+        .await
+        .unwrap();
+    assert_eq!(seqs, vec![1]);
+    assert_eq!(load_all(&*store).unwrap().len(), 1);
+}
+
+#[test]
+fn connection_errors_never_show_the_password() {
+    // Port 1 refuses connections; no server needed.
+    let err = store::open("postgres://postgres:hunter2secret@127.0.0.1:1/test?connect_timeout=2")
+        .err()
+        .expect("unreachable");
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::Backend { .. }), "{msg}");
+    assert!(msg.contains("refused"), "the cause is shown: {msg}");
+    assert!(!msg.contains("hunter2secret"), "{msg}");
+    assert!(msg.contains("postgres:***@127.0.0.1:1"), "{msg}");
+    let err = store::open("postgres://u:hunter2secret@127.0.0.1:1/test?sslmode=bogus")
+        .err()
+        .expect("bad option");
+    assert!(!err.to_string().contains("hunter2secret"), "{err}");
+}
+
+#[test]
+fn the_writer_reconnects_after_losing_its_connection() {
+    let Some(db) = TestSchema::new() else { return };
+    let app = format!("w_{}", db.schema);
+    let url = format!("{}&application_name={app}", db.url);
+    let store = store::open(&url).unwrap();
+    store.append(vec![step("d", 0, None)]).unwrap();
+    let mut admin = db.raw();
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "only the writer's session is open");
+    for _ in 0..100 {
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The first append after the loss may fail (the writer learns of it then); the
+    // next ones reconnect. Nothing is lost or numbered twice.
+    let mut failures = 0;
+    let mut i = 1;
+    while i < 4 {
+        match store.append(vec![step("d", i, None)]) {
+            Ok(_) => i += 1,
+            Err(StoreError::Backend { detail, .. }) => {
+                failures += 1;
+                assert!(failures <= 1, "did not reconnect: {detail}");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let loaded = load_all(&*store).unwrap();
+    assert_contiguous(&loaded);
+    assert_eq!(loaded.len(), 4);
+}
+
+#[test]
+fn a_duplicate_fails_only_its_caller_within_a_group_commit() {
+    let Some(db) = TestSchema::new() else { return };
+    let store = store::open(&db.url).unwrap();
+    store.append(vec![step("d", 0, None)]).unwrap();
+    // Hold the last_seq row lock so the writer stalls on a pilot append while all
+    // other callers queue behind it and then commit together as one group.
+    let mut blocker = db.raw();
+    let mut lock = blocker.transaction().unwrap();
+    lock.query_one(
+        "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR UPDATE",
+        &[],
+    )
+    .unwrap();
+    let pilot = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || store.append(vec![step("pilot", 0, None)]))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let threads = 24;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let records = match t % 6 {
+                    0 => vec![step("d", 100 + t as u64, None), step("d", 0, None)],
+                    1 => vec![step("race", 1, None)],
+                    _ => vec![
+                        step("d", 100 + t as u64, None),
+                        step("d", 500 + t as u64, None),
+                    ],
+                };
+                (t, store.append(records))
+            })
+        })
+        .collect();
+    barrier.wait();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    lock.commit().unwrap();
+    assert_eq!(pilot.join().unwrap(), Ok(vec![2]));
+    let mut race_winners = 0;
+    for h in handles {
+        let (t, result) = h.join().unwrap();
+        match t % 6 {
+            0 => assert!(
+                matches!(result, Err(StoreError::Duplicate { step: 0, .. })),
+                "caller {t}: {result:?}"
+            ),
+            1 => match result {
+                Ok(_) => race_winners += 1,
+                Err(StoreError::Duplicate { step: 1, .. }) => {}
+                Err(e) => panic!("caller {t}: {e}"),
+            },
+            _ => assert_eq!(result.map(|s| s.len()), Ok(2), "caller {t}"),
+        }
+    }
+    assert_eq!(race_winners, 1);
+    let loaded = load_all(&*store).unwrap();
+    assert_contiguous(&loaded);
+    assert_eq!(loaded.len(), 3 + (threads - 8) * 2);
+}
