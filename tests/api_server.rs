@@ -370,3 +370,54 @@ fn stateless_accountant_matches_cli() {
         "dpledger"
     );
 }
+
+#[test]
+fn a_stale_process_reloads_from_the_log_instead_of_double_applying() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Server::start(dir.path(), None);
+    let admin = a.admin_token();
+    assert_eq!(
+        create(&a, &admin, "shared", poisson_config(10, 0.5, 1.0)).status,
+        201
+    );
+    // B recovers the dataset at step 0, then A moves on without B knowing.
+    let b = Server::start(dir.path(), None);
+    let step0 = json!({"step": 0, "ids": [1, 2], "norms": [0.5, 2.0]});
+    let on_a = post(
+        &format!("{}/v1/datasets/shared/steps", a.url),
+        Some(&admin),
+        &step0,
+    );
+    assert_eq!(on_a.status, 200);
+    assert_eq!(on_a.body["duplicate"], false);
+    // The same step sent to B: the store refuses a second copy, B reloads, and the
+    // report is answered as the retry it is.
+    let on_b = post(
+        &format!("{}/v1/datasets/shared/steps", b.url),
+        Some(&admin),
+        &step0,
+    );
+    assert_eq!(on_b.status, 200, "{:?}", on_b.body);
+    assert_eq!(on_b.body["duplicate"], true);
+    assert_eq!(on_b.body["thresholds"], on_a.body["thresholds"]);
+    // Different content for that step is a conflict, not a second application.
+    let different = post(
+        &format!("{}/v1/datasets/shared/steps", b.url),
+        Some(&admin),
+        &json!({"step": 0, "ids": [3], "norms": [0.1]}),
+    );
+    assert_eq!(different.status, 409);
+    // B is now current: it applies step 1; its view of example 1 equals A's reload.
+    let step1 = json!({"step": 1, "ids": [1], "norms": [0.2]});
+    assert_eq!(
+        post(
+            &format!("{}/v1/datasets/shared/steps", b.url),
+            Some(&admin),
+            &step1
+        )
+        .status,
+        200
+    );
+    let status = get(&format!("{}/v1/datasets/shared", b.url), Some(&admin));
+    assert_eq!(status.body["status"]["steps"], 2);
+}

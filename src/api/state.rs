@@ -167,14 +167,56 @@ impl AppState {
         Ok(ds)
     }
 
-    async fn persist(&self, records: Vec<Record>) -> Result<(), Problem> {
+    async fn persist(&self, records: Vec<Record>) -> Result<(), StoreError> {
         let started = Instant::now();
-        append_async(&self.store, records)
-            .await
-            .map_err(store_problem)?;
+        append_async(&self.store, records).await?;
         metrics::histogram!("dpledger_store_commit_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// Rebuild one dataset's ledger from the log. Used when memory may be behind
+    /// the log: a commit whose outcome is unknown, or a step another process
+    /// stored. Runs on a blocking thread; the caller holds the dataset's write lock.
+    async fn reload(&self, id: &str) -> Result<Ledger, Problem> {
+        let store = self.store.clone();
+        let id = id.to_string();
+        let rebuilt =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<Option<Arc<Dataset>>> {
+                let one: DashMap<String, Arc<Dataset>> = DashMap::new();
+                let description = store.describe();
+                store.load(&mut |stored: StoredRecord| {
+                    if stored.record.dataset != id {
+                        return Ok(());
+                    }
+                    apply_record(&one, &stored).map_err(|detail| StoreError::Corrupt {
+                        store: description.clone(),
+                        seq: Some(stored.seq),
+                        detail,
+                    })
+                })?;
+                Ok(one.remove(&id).map(|(_, d)| d))
+            })
+            .await
+            .map_err(|_| {
+                Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "reload task failed")
+            })?
+            .map_err(|e| {
+                tracing::error!(error = %e, "reloading a dataset from the log failed");
+                Problem::internal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the store could not be read back; nothing was acknowledged: retry",
+                )
+            })?;
+        let dataset = rebuilt.ok_or_else(|| {
+            Problem::internal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "dataset missing from the log",
+            )
+        })?;
+        let dataset = Arc::try_unwrap(dataset)
+            .map_err(|_| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "reload raced"))?;
+        Ok(dataset.ledger.into_inner())
     }
 
     /// Create a dataset. 409 if the id is taken.
@@ -214,9 +256,9 @@ impl AppState {
             part: None,
             payload,
         };
-        if let Err(p) = self.persist(vec![record]).await {
+        if let Err(e) = self.persist(vec![record]).await {
             self.datasets.remove(id);
-            return Err(p);
+            return Err(store_problem(e));
         }
         drop(guard.downgrade());
         Ok(dataset)
@@ -238,7 +280,22 @@ impl AppState {
             part: Some(part.index),
             payload: payload_from_report(&report).encode(),
         };
-        self.persist(vec![record]).await?;
+        match self.persist(vec![record]).await {
+            Ok(()) => {}
+            Err(e @ (StoreError::Duplicate { .. } | StoreError::OutcomeUnknown { .. })) => {
+                // Memory may be behind the log (another process stored this step, or
+                // our commit's outcome is unknown): rebuild from the log and answer
+                // from there. An identical report is then a retry; nothing else is
+                // acknowledged.
+                tracing::warn!(dataset = id, step = report.step, error = %e, "reloading the dataset from the log");
+                *ledger = self.reload(id).await?;
+                return match ledger.check_step(&report)? {
+                    Some(previous) => Ok(previous),
+                    None => Err(store_problem(e)),
+                };
+            }
+            Err(e) => return Err(store_problem(e)),
+        }
         let outcome = ledger.step(&report).map_err(|e| {
             // check_step promised this cannot happen; the log is the truth, so a
             // restart would rebuild the ledger from it.
@@ -276,7 +333,12 @@ impl AppState {
             part: None,
             payload: payload.encode(),
         };
-        self.persist(vec![record]).await?;
+        if let Err(e) = self.persist(vec![record]).await {
+            if matches!(e, StoreError::OutcomeUnknown { .. }) {
+                *ledger = self.reload(id).await?;
+            }
+            return Err(store_problem(e));
+        }
         ledger.refresh(&payload.ids, &payload.norms).map_err(|e| {
             tracing::error!(dataset = id, error = %e, "refresh persisted but not applied");
             Problem::internal(
@@ -300,7 +362,7 @@ impl AppState {
             part: None,
             payload: Vec::new(),
         };
-        self.persist(vec![record]).await?;
+        self.persist(vec![record]).await.map_err(store_problem)?;
         ds.archived.store(true, Ordering::Release);
         Ok(())
     }
