@@ -1,6 +1,7 @@
 //! Command-line interface: `dpledger <command>`.
 
 pub mod accountant;
+pub mod demo;
 pub mod loadgen;
 pub mod server;
 
@@ -37,6 +38,8 @@ pub enum Command {
     Token(server::TokenCmd),
     /// Print or write the OpenAPI document.
     Openapi(server::OpenApiCmd),
+    /// Simulate a DP-SGD run against a temporary service and show the epsilon spread.
+    Demo(demo::DemoCmd),
     /// Load a running server and report throughput and latency against baselines.
     Loadgen(JsonFlag<loadgen::LoadgenCmd>),
 }
@@ -100,6 +103,10 @@ pub fn run(cli: Cli) -> Result<(), String> {
                 Some(doc) => write_stdout(&doc),
                 None => Ok(()),
             }
+        }
+        Command::Demo(c) => {
+            let text = c.run().map_err(|e| format!("{e:#}"))?;
+            return write_stdout(&text);
         }
         Command::Loadgen(c) => (c.json, c.inner.run().map_err(|e| format!("{e:#}"))),
     };
