@@ -1624,3 +1624,59 @@ fn a_retry_of_a_step_that_retired_examples_gives_the_same_answer() {
         assert!(t < 1000);
     }
 }
+
+/// The server persists a report between `check_step` and `step`: the contract is
+/// that checking changes nothing, refuses exactly what `step` refuses, recognises
+/// retries, and that a report it accepts is then applied by `step`.
+#[test]
+fn check_step_is_a_faithful_dry_run() {
+    use dpledger::ledger::{DatasetConfig, Ledger, StepReport};
+    let config: DatasetConfig = serde_json::from_value(serde_json::json!({
+        "examples": 50, "max_grad_norm": 1.0, "noise_multiplier": 1.0,
+        "sampling": {"kind": "poisson", "rate": 0.2}, "delta": 1e-5
+    }))
+    .unwrap();
+    let mut ledger = Ledger::new(config).unwrap();
+    let snapshot = |l: &Ledger| {
+        (
+            l.next_step(),
+            l.all_epsilons(1e-5, dpledger::accounting::Conversion::Improved)
+                .unwrap(),
+            l.thresholds(0..50).unwrap(),
+        )
+    };
+    let good = StepReport::new(0, vec![1, 2, 3], vec![0.5, 0.0, 7.0]);
+    let before = snapshot(&ledger);
+    assert_eq!(ledger.check_step(&good).unwrap(), None);
+    assert_eq!(
+        ledger.check_step(&good).unwrap(),
+        None,
+        "checking twice is still fresh"
+    );
+    assert_eq!(snapshot(&ledger), before, "check_step changed the ledger");
+    let applied = ledger.step(&good).unwrap();
+    assert!(!applied.duplicate);
+    // A retry is recognised by the check with the same answer step would give.
+    let retry = ledger.check_step(&good).unwrap().expect("a retry");
+    assert!(retry.duplicate);
+    assert_eq!(retry.thresholds, applied.thresholds);
+    // Every refusal of step is a refusal of check_step, with the same error.
+    for bad in [
+        StepReport::new(1, vec![1, 1], vec![0.1, 0.2]),
+        StepReport::new(1, vec![99], vec![0.1]),
+        StepReport::new(1, vec![1], vec![f64::NAN]),
+        StepReport::new(5, vec![], vec![]),
+        StepReport::new(0, vec![4], vec![0.1]),
+    ] {
+        let before = snapshot(&ledger);
+        let checked = ledger.check_step(&bad).unwrap_err();
+        assert_eq!(snapshot(&ledger), before);
+        assert_eq!(ledger.step(&bad).unwrap_err(), checked);
+        assert_eq!(snapshot(&ledger), before);
+    }
+    let next = StepReport::new(1, vec![4, 5], vec![0.3, 0.4]);
+    assert_eq!(ledger.check_step(&next).unwrap(), None);
+    assert!(ledger.step(&next).unwrap().complete);
+    assert!(ledger.check_refresh(&[1, 2], &[0.1, 0.2]).is_ok());
+    assert!(ledger.check_refresh(&[1, 1], &[0.1, 0.2]).is_err());
+}

@@ -389,11 +389,14 @@ async fn openapi_json() -> impl IntoResponse {
     )
 }
 
-struct BearerSecurity;
+/// Conventions applied to the whole document: bearer security, and error
+/// responses that say what the server really sends.
+struct ApiConventions;
 
-impl utoipa::Modify for BearerSecurity {
+impl utoipa::Modify for ApiConventions {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
@@ -404,6 +407,55 @@ impl utoipa::Modify for BearerSecurity {
                     .build(),
             ),
         );
+        let problem = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    super::problem::PROBLEM_JSON,
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("Problem")))
+                        .build(),
+                )
+                .build()
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in ops.into_iter().flatten() {
+                let responses = &mut op.responses.responses;
+                // Errors are RFC 9457 documents.
+                for (code, response) in responses.iter_mut() {
+                    if code.as_str() >= "400" {
+                        if let RefOr::T(r) = response {
+                            if let Some(content) = r.content.shift_remove("application/json") {
+                                r.content
+                                    .insert(super::problem::PROBLEM_JSON.to_string(), content);
+                            }
+                        }
+                    }
+                }
+                if op.request_body.is_some() {
+                    responses
+                        .entry("413".into())
+                        .or_insert_with(|| RefOr::T(problem("Request body too large")));
+                    responses
+                        .entry("415".into())
+                        .or_insert_with(|| RefOr::T(problem("Unsupported Content-Type")));
+                }
+                if path.starts_with("/v1/datasets") && op.request_body.is_some() {
+                    responses.entry("503".into()).or_insert_with(|| {
+                        RefOr::T(problem(
+                            "The store could not make the change durable; nothing was acknowledged",
+                        ))
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -416,7 +468,7 @@ use crate::ledger::StepReport;
     paths(create_dataset, list_datasets, get_dataset, archive_dataset, report_step, thresholds, refresh,
           example_privacy, worst_case, accountant_rdp, accountant_epsilon, accountant_noise, accountant_compare,
           accountant_schedule, healthz, readyz, metrics_endpoint, openapi_json),
-    modifiers(&BearerSecurity),
+    modifiers(&ApiConventions),
     tags((name = "datasets"), (name = "training"), (name = "privacy"), (name = "accountant"), (name = "operations"))
 )]
 pub struct ApiDoc;
