@@ -48,21 +48,6 @@ fn make_trace(n: u64, q: f64, sigma: f64, steps: u64, seed: u64) -> Trace {
     Trace { lines }
 }
 
-fn replay(path: &std::path::Path, delta: f64) -> Value {
-    let out = Command::new(binary())
-        .args(["replay", "--trace"])
-        .arg(path)
-        .args(["--delta", &delta.to_string(), "--json"])
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "replay failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("replay json")
-}
-
 fn create(server: &Server, admin: &str, id: &str, config: Value) -> Reply {
     post(
         &format!("{}/v1/datasets", server.url),
@@ -103,26 +88,7 @@ fn full_run_matches_offline_replay_and_survives_restart() {
     let offline = replay(&path, 1e-5);
     let check = |server: &Server| {
         let curator = server.token("curator", Some("run1"), None);
-        for ex in offline["examples"].as_array().unwrap() {
-            let id = ex["id"].as_u64().unwrap();
-            let r = get(
-                &format!(
-                    "{}/v1/datasets/run1/examples/{id}/privacy?delta=1e-5",
-                    server.url
-                ),
-                Some(&curator),
-            );
-            assert_eq!(r.status, 200, "{:?}", r.body);
-            let served = r.body["example"]["epsilon"].as_f64().unwrap();
-            let want = ex["epsilon"].as_f64().unwrap();
-            assert!(
-                rel(served, want) <= 1e-12,
-                "example {id}: served {served} replay {want}"
-            );
-            let wc = r.body["worst_case"]["epsilon"].as_f64().unwrap();
-            assert!(rel(wc, offline["worst_case"]["epsilon"].as_f64().unwrap()) <= 1e-12);
-            assert!(served <= wc * (1.0 + 1e-12));
-        }
+        assert_served_matches_replay(server, "run1", &curator, &offline, 1e-5);
     };
     check(&server);
     // An owner sees exactly its own example.

@@ -9,7 +9,6 @@ mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,29 +126,8 @@ fn sigkill_at_random_moments_loses_no_acknowledged_step() {
     }
     let path = dir.path().join("applied.jsonl");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(binary())
-        .args(["replay", "--trace"])
-        .arg(&path)
-        .args(["--delta", "1e-5", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
-    for ex in offline["examples"].as_array().unwrap() {
-        let id = ex["id"].as_u64().unwrap();
-        let r = get(
-            &format!(
-                "{}/v1/datasets/crash/examples/{id}/privacy?delta=1e-5",
-                server.url
-            ),
-            Some(&admin),
-        );
-        let served = r.body["example"]["epsilon"].as_f64().unwrap();
-        assert!(
-            rel(served, ex["epsilon"].as_f64().unwrap()) <= 1e-12,
-            "example {id}"
-        );
-    }
+    let offline = replay(&path, 1e-5);
+    assert_served_matches_replay(&server, "crash", &admin, &offline, 1e-5);
 }
 
 #[test]

@@ -103,13 +103,13 @@ impl From<ConversionArg> for Conversion {
     }
 }
 
-/// `dpledger epsilon`: epsilon of T steps.
+/// The run being accounted: `T` identical Poisson steps, reported at `delta`.
 #[derive(Debug, Args)]
-pub struct EpsilonCmd {
+pub struct RunArgs {
     /// Poisson sampling rate q in [0, 1].
     #[arg(long, allow_negative_numbers = true)]
     pub sampling_rate: f64,
-    /// Noise multiplier sigma >= 0.
+    /// Noise multiplier sigma (>= 0; > 0 for compare).
     #[arg(long, allow_negative_numbers = true)]
     pub noise_multiplier: f64,
     /// Number of steps.
@@ -118,6 +118,13 @@ pub struct EpsilonCmd {
     /// Target delta in (0, 1).
     #[arg(long, allow_negative_numbers = true)]
     pub delta: f64,
+}
+
+/// `dpledger epsilon`: epsilon of T steps.
+#[derive(Debug, Args)]
+pub struct EpsilonCmd {
+    #[command(flatten)]
+    pub run: RunArgs,
     #[command(flatten)]
     pub orders: OrdersArg,
     /// RDP to (epsilon, delta) conversion.
@@ -129,10 +136,10 @@ impl EpsilonCmd {
     /// Run the command.
     pub fn run(&self) -> Result<Rendered, InvalidArgument> {
         let req = EpsilonRequest {
-            sampling_rate: self.sampling_rate,
-            noise_multiplier: self.noise_multiplier,
-            steps: self.steps,
-            delta: self.delta,
+            sampling_rate: self.run.sampling_rate,
+            noise_multiplier: self.run.noise_multiplier,
+            steps: self.run.steps,
+            delta: self.run.delta,
             orders: self.orders.parse()?,
             conversion: Some(self.conversion.into()),
         };
@@ -142,9 +149,9 @@ impl EpsilonCmd {
             fmt_opt(out.epsilon),
             out.delta,
             fmt_opt(out.order),
-            self.steps,
-            self.sampling_rate,
-            self.noise_multiplier
+            self.run.steps,
+            self.run.sampling_rate,
+            self.run.noise_multiplier
         );
         Ok((json(&out), text))
     }
@@ -191,36 +198,26 @@ impl NoiseCmd {
 /// `dpledger compare`: several accountants side by side.
 #[derive(Debug, Args)]
 pub struct CompareCmd {
-    /// Poisson sampling rate q in [0, 1].
-    #[arg(long, allow_negative_numbers = true)]
-    pub sampling_rate: f64,
-    /// Noise multiplier sigma > 0.
-    #[arg(long, allow_negative_numbers = true)]
-    pub noise_multiplier: f64,
-    /// Number of steps.
-    #[arg(long)]
-    pub steps: u64,
-    /// Target delta in (0, 1).
-    #[arg(long, allow_negative_numbers = true)]
-    pub delta: f64,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 impl CompareCmd {
     /// Run the command.
     pub fn run(&self) -> Result<Rendered, InvalidArgument> {
         let req = CompareRequest {
-            sampling_rate: self.sampling_rate,
-            noise_multiplier: self.noise_multiplier,
-            steps: self.steps,
-            delta: self.delta,
+            sampling_rate: self.run.sampling_rate,
+            noise_multiplier: self.run.noise_multiplier,
+            steps: self.run.steps,
+            delta: self.run.delta,
         };
         let out = req.compute().map_err(flag_names)?;
         let mut text = format!(
             "q = {}, sigma = {}, {} steps, delta = {}\n{:<26} {:>14}  {:<10} {}\n",
-            self.sampling_rate,
-            self.noise_multiplier,
-            self.steps,
-            self.delta,
+            self.run.sampling_rate,
+            self.run.noise_multiplier,
+            self.run.steps,
+            self.run.delta,
             "method",
             "epsilon",
             "guarantee",

@@ -193,3 +193,60 @@ pub fn rel(a: f64, b: f64) -> f64 {
         ((a - b) / b).abs()
     }
 }
+
+/// `dpledger replay --json` of a trace file.
+pub fn replay(path: &Path, delta: f64) -> Value {
+    let out = Command::new(binary())
+        .args(["replay", "--trace"])
+        .arg(path)
+        .args(["--delta", &delta.to_string(), "--json"])
+        .output()
+        .expect("replay");
+    assert!(
+        out.status.success(),
+        "replay failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("replay json")
+}
+
+/// Every example's served epsilon (and the worst case) equals the offline replay.
+pub fn assert_served_matches_replay(
+    server: &Server,
+    dataset: &str,
+    token: &str,
+    offline: &Value,
+    delta: f64,
+) {
+    let want_worst = offline["worst_case"]["epsilon"]
+        .as_f64()
+        .expect("worst case");
+    for ex in offline["examples"].as_array().expect("examples") {
+        let id = ex["id"].as_u64().expect("id");
+        let r = get(
+            &format!(
+                "{}/v1/datasets/{dataset}/examples/{id}/privacy?delta={delta}",
+                server.url
+            ),
+            Some(token),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let served = r.body["example"]["epsilon"].as_f64().expect("epsilon");
+        let want = ex["epsilon"].as_f64().expect("epsilon");
+        assert!(
+            rel(served, want) <= 1e-12,
+            "example {id}: served {served} replay {want}"
+        );
+        let worst = r.body["worst_case"]["epsilon"]
+            .as_f64()
+            .expect("worst case");
+        assert!(
+            rel(worst, want_worst) <= 1e-12,
+            "worst case: served {worst} replay {want_worst}"
+        );
+        assert!(
+            served <= worst * (1.0 + 1e-12),
+            "example {id} above the worst case"
+        );
+    }
+}
