@@ -336,6 +336,62 @@ mod tests {
         assert!(!err.detail.contains("garbage-secret-token"));
     }
 
+    /// An external identity provider signs with its Ed25519 key; the server holds
+    /// only the public key: it accepts the provider's tokens, refuses others, and
+    /// cannot mint.
+    #[test]
+    fn external_eddsa_tokens_are_verified_with_the_public_key() {
+        use base64::Engine;
+        use ring::signature::{Ed25519KeyPair, KeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        // SubjectPublicKeyInfo for Ed25519: fixed 12-byte prefix + the 32-byte key.
+        let mut spki = vec![
+            0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+        ];
+        spki.extend_from_slice(pair.public_key().as_ref());
+        let pem = format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(&spki)
+        );
+        let verifier =
+            Authorizer::external(pem.as_bytes(), Algorithm::EdDSA, Some("https-idp")).unwrap();
+        let mut claims = claims_for(
+            "alice",
+            Role::Owner,
+            Some("d1".into()),
+            Some([7].into()),
+            600,
+        )
+        .unwrap();
+        claims.iss = "https-idp".into();
+        let signing = EncodingKey::from_ed_der(pkcs8.as_ref());
+        let token =
+            jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &signing).unwrap();
+        let verified = verifier.verify(&token).unwrap();
+        assert_eq!(verified.examples, Some([7].into()));
+        // Another key, another issuer, or an HS256 token: refused.
+        let other = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        let forged = jsonwebtoken::encode(
+            &Header::new(Algorithm::EdDSA),
+            &claims,
+            &EncodingKey::from_ed_der(other.as_ref()),
+        )
+        .unwrap();
+        assert!(verifier.verify(&forged).is_err());
+        let mut wrong_issuer = claims.clone();
+        wrong_issuer.iss = "someone-else".into();
+        let t =
+            jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &wrong_issuer, &signing).unwrap();
+        assert!(verifier.verify(&t).is_err());
+        let hs = Authorizer::hs256(b"0123456789abcdef0123456789abcdef")
+            .mint(&claims)
+            .unwrap();
+        assert!(verifier.verify(&hs).is_err());
+        assert!(verifier.mint(&claims).is_err());
+    }
+
     #[test]
     fn ttl_parsing() {
         assert_eq!(parse_ttl("30d").unwrap(), 30 * 86_400);
