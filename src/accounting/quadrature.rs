@@ -13,7 +13,9 @@ use std::f64::consts::FRAC_PI_2;
 const T_MAX: f64 = 4.0;
 const MAX_LEVELS: u32 = 12;
 
-/// `(integral of f over [a, b], error estimate)`.
+/// `(integral of f over [a, b], error estimate)`. If `f` returns a non-finite value
+/// anywhere it is evaluated, the answer is `(inf, inf)`: callers computing privacy
+/// losses turn that into an infinite (safe) bound rather than an underestimate.
 pub fn tanh_sinh<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, rel_tol: f64) -> (f64, f64) {
     if b <= a {
         return (0.0, 0.0);
@@ -27,12 +29,9 @@ pub fn tanh_sinh<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, rel_tol: f64) -> (f64,
             return 0.0;
         }
         let x = (centre + half * u.tanh()).clamp(a, b);
-        let value = f(x);
-        if value.is_finite() {
-            weight * value
-        } else {
-            0.0
-        }
+        // A non-finite value propagates: the caller must see it and fail closed,
+        // never receive an integral that silently dropped part of its mass.
+        weight * f(x)
     };
     let mut h = 0.5;
     let mut sum = node(0.0);
@@ -43,6 +42,9 @@ pub fn tanh_sinh<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, rel_tol: f64) -> (f64,
         k += 1;
     }
     let mut estimate = half * h * sum;
+    if !estimate.is_finite() {
+        return (f64::INFINITY, f64::INFINITY);
+    }
     for level in 1..=MAX_LEVELS {
         h *= 0.5;
         let mut k = 1;
@@ -54,6 +56,9 @@ pub fn tanh_sinh<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, rel_tol: f64) -> (f64,
         let next = half * h * sum;
         let diff = (next - estimate).abs();
         estimate = next;
+        if !next.is_finite() {
+            return (f64::INFINITY, f64::INFINITY);
+        }
         if next == 0.0 {
             return (0.0, 0.0);
         }
@@ -71,6 +76,12 @@ pub fn tanh_sinh<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, rel_tol: f64) -> (f64,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_finite_values_fail_closed() {
+        let (v, e) = tanh_sinh(|x| if x > 0.7 { f64::NAN } else { 1.0 }, 0.0, 1.0, 1e-15);
+        assert_eq!((v, e), (f64::INFINITY, f64::INFINITY));
+    }
 
     #[test]
     fn integrates_known_functions() {

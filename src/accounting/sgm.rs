@@ -21,6 +21,10 @@
 use super::quadrature::tanh_sinh;
 use super::special::{log1p_exp, log_add, log_erfc, log_expm1, log_factorials_upto};
 
+/// Above this noise multiplier the exact computations would overflow (sigma²);
+/// the Gaussian bound is used instead (see [`sgm_rdp`]).
+const HUGE_SIGMA: f64 = 1e100;
+
 /// Relative amount by which every computed RDP value is rounded up. It dominates
 /// the floating-point error of the sums here (about 1e-14 relative at worst).
 pub const RELATIVE_ROUNDING_MARGIN: f64 = 1e-12;
@@ -42,13 +46,18 @@ const SERIES_TOLERANCE: f64 = 1e-11;
 /// Inputs are assumed validated (`0 <= q <= 1`, `sigma >= 0`, `alpha > 1`, which may be
 /// `+inf`); see [`crate::accounting::validate`] for the checked entry points.
 pub fn sgm_rdp(q: f64, sigma: f64, alpha: f64) -> f64 {
-    if q == 0.0 {
+    // No sampling or infinite noise (an example clipped to norm 0): no loss.
+    if q == 0.0 || sigma == f64::INFINITY {
         return 0.0;
     }
     if sigma == 0.0 || alpha.is_infinite() {
         return f64::INFINITY;
     }
-    if q == 1.0 {
+    if q == 1.0 || sigma > HUGE_SIGMA {
+        // q = 1 is the Gaussian mechanism. For astronomically large noise (an
+        // example clipped to a norm near 0) sigma² overflows the exact methods;
+        // the unsampled Gaussian's alpha/(2 sigma²) is an upper bound on the
+        // sampled mechanism's RDP and is finite (and below 1e-190) there.
         return round_up(alpha / (2.0 * sigma * sigma), 0.0);
     }
     if alpha.fract() == 0.0 {
@@ -65,7 +74,7 @@ pub fn sgm_rdp(q: f64, sigma: f64, alpha: f64) -> f64 {
 /// `ln expm1((i²-i)/(2σ²))` of the integer sum depends only on `i`, so it is
 /// computed once for all integer orders (the hot path of the per-bucket tables).
 pub fn sgm_rdp_orders(q: f64, sigma: f64, orders: &[f64]) -> Vec<f64> {
-    if q == 0.0 || q == 1.0 || sigma == 0.0 {
+    if q == 0.0 || q == 1.0 || sigma == 0.0 || sigma > HUGE_SIGMA {
         return orders.iter().map(|&a| sgm_rdp(q, sigma, a)).collect();
     }
     let max_integer = orders
@@ -378,6 +387,10 @@ fn log_a_fractional_quadrature(q: f64, sigma: f64, alpha: f64) -> (f64, f64) {
         total += value;
         total_err += err;
     }
+    if !total.is_finite() || !scale.is_finite() {
+        // Fail closed: an integral we could not evaluate is an unbounded loss.
+        return (f64::INFINITY, f64::INFINITY);
+    }
     let log_a_minus_1 = scale + total.ln();
     let log_a = log1p_exp(log_a_minus_1);
     // d ln A = d(A-1) / A; the relative quadrature error carries over to A - 1.
@@ -388,7 +401,10 @@ fn log_a_fractional_quadrature(q: f64, sigma: f64, alpha: f64) -> (f64, f64) {
 
 /// `ln((1 + x)^alpha - 1 - alpha x)` for `x > -1`, accurate near `x = 0`.
 fn log_h(alpha: f64, x: f64) -> f64 {
-    if x.abs() < 0.5 {
+    // The series is needed only where (1+x)^alpha ≈ 1 + alpha x cancels, i.e.
+    // alpha |x| small; there its terms fall at least like (alpha |x|)^k / k!, so it
+    // converges long before the loop bound. Elsewhere the closed form is accurate.
+    if x.abs() < 0.5 && alpha * x.abs() < 1.0 {
         // sum_{k>=2} C(alpha, k) x^k, all terms' signs tracked; converges like 0.5^k.
         let mut coef = alpha * (alpha - 1.0) / 2.0;
         let mut power = x * x;
@@ -428,6 +444,10 @@ mod tests {
     #[test]
     fn edge_cases() {
         assert_eq!(sgm_rdp(0.0, 1.0, 2.0), 0.0);
+        assert_eq!(sgm_rdp(0.1, f64::INFINITY, 2.0), 0.0);
+        assert_eq!(sgm_rdp(0.1, f64::INFINITY, 2.5), 0.0);
+        let huge = sgm_rdp(0.1, 1e250, 2.5);
+        assert!(huge.is_finite() && (0.0..1e-300).contains(&huge));
         assert_eq!(sgm_rdp(0.1, 0.0, 2.0), f64::INFINITY);
         assert_eq!(sgm_rdp(0.1, 1.0, f64::INFINITY), f64::INFINITY);
         assert!(rel(sgm_rdp(1.0, 2.0, 8.0), 8.0 / 8.0) < 1e-11);

@@ -76,15 +76,36 @@ pub fn non_negative(name: &str, x: f64) -> Result<f64> {
     }
 }
 
-/// Rényi orders: each `> 1` (`inf` allowed), returned sorted and without duplicates.
+/// Largest Rényi order accepted. The cost of an order grows with its value
+/// (integer sums have `alpha + 1` terms), so an unbounded order would let one
+/// request exhaust memory; optimal orders of real runs are far below this.
+pub const MAX_ORDER: f64 = 10_000.0;
+
+/// Most orders in one list (each is a column of every table and ledger).
+pub const MAX_ORDER_COUNT: usize = 1024;
+
+/// Rényi orders: each in `(1, MAX_ORDER]` (or `inf`), at most `MAX_ORDER_COUNT`,
+/// returned sorted and without duplicates.
 pub fn orders(name: &str, orders: &[f64]) -> Result<Vec<f64>> {
     if orders.is_empty() {
         return Err(InvalidArgument::new(name, "must list at least one order"));
+    }
+    if orders.len() > MAX_ORDER_COUNT {
+        return Err(InvalidArgument::new(
+            name,
+            format!("at most {MAX_ORDER_COUNT} orders, got {}", orders.len()),
+        ));
     }
     if let Some(bad) = orders.iter().find(|a| a.is_nan() || **a <= 1.0) {
         return Err(InvalidArgument::new(
             name,
             format!("every order must be > 1, got {bad}"),
+        ));
+    }
+    if let Some(bad) = orders.iter().find(|a| a.is_finite() && **a > MAX_ORDER) {
+        return Err(InvalidArgument::new(
+            name,
+            format!("every order must be at most {MAX_ORDER} (or inf), got {bad}"),
         ));
     }
     let mut sorted = orders.to_vec();
@@ -116,6 +137,8 @@ mod tests {
         assert!(delta("delta", 0.0).is_err());
         assert!(delta("delta", 1.0).is_err());
         assert!(orders("orders", &[1.0, 2.0]).is_err());
+        assert!(orders("orders", &[1e15]).is_err());
+        assert!(orders("orders", &vec![2.0; 2000]).is_err());
         assert!(parse_orders("orders", "2,x").is_err());
         assert_eq!(
             parse_orders("orders", "32, 2,2,1.5").unwrap(),

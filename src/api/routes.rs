@@ -115,6 +115,19 @@ pub struct Health {
     pub status: String,
 }
 
+/// Run a state change on its own task so that it completes even if the client
+/// disconnects: once a change is in the log it must also be applied in memory.
+async fn run_to_completion<T: Send + 'static>(
+    change: impl std::future::Future<Output = ApiResult<T>> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::spawn(change).await.map_err(|_| {
+        Problem::internal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the change's task failed",
+        )
+    })?
+}
+
 fn parse_query(q: &PrivacyQuery, default_delta: f64) -> ApiResult<(f64, Conversion)> {
     let delta = validate::delta("delta", q.delta.unwrap_or(default_delta))?;
     let conversion = match q.conversion.as_deref() {
@@ -128,6 +141,7 @@ fn parse_query(q: &PrivacyQuery, default_delta: f64) -> ApiResult<(f64, Conversi
 
 async fn view(state: &AppState, id: &str) -> ApiResult<DatasetView> {
     let ds = state.dataset(id)?;
+    ds.check_current()?;
     let ledger = ds.ledger.read().await;
     let config = ledger.config().clone();
     let worst_case = ledger.worst_case(config.delta, Conversion::default())?;
@@ -151,7 +165,8 @@ async fn create_dataset(
 ) -> ApiResult<impl IntoResponse> {
     claims.authorize(Access::Admin)?;
     let body: CreateDataset = body.json()?;
-    state.create_dataset(&body.id, body.config).await?;
+    let (st, id) = (state.clone(), body.id.clone());
+    run_to_completion(async move { st.create_dataset(&id, body.config).await.map(|_| ()) }).await?;
     Ok((StatusCode::CREATED, Json(view(&state, &body.id).await?)))
 }
 
@@ -187,7 +202,8 @@ async fn archive_dataset(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<DatasetView>> {
     claims.authorize(Access::Curate(&id))?;
-    state.archive(&id).await?;
+    let (st, id2) = (state.clone(), id.clone());
+    run_to_completion(async move { st.archive(&id2).await }).await?;
     Ok(Json(view(&state, &id).await?))
 }
 
@@ -208,7 +224,11 @@ async fn report_step(
     let span =
         tracing::info_span!("step", dataset = %id, step = report.step, batch = report.ids.len());
     use tracing::Instrument;
-    Ok(Json(state.report_step(&id, report).instrument(span).await?))
+    let st = state.clone();
+    Ok(Json(
+        run_to_completion(async move { st.report_step(&id, report).await }.instrument(span))
+            .await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/v1/datasets/{dataset}/thresholds", tag = "training",
@@ -223,6 +243,7 @@ async fn thresholds(
 ) -> ApiResult<Json<Thresholds>> {
     claims.authorize(Access::Train(&id))?;
     let ds = state.dataset(&id)?;
+    ds.check_current()?;
     let ledger = ds.ledger.read().await;
     let start = range.start.unwrap_or(0);
     let end = range
@@ -262,7 +283,10 @@ async fn refresh(
 ) -> ApiResult<Json<RefreshOutcome>> {
     claims.authorize(Access::Train(&id))?;
     let body: RefreshRequest = body.json()?;
-    Ok(Json(state.refresh(&id, body.ids, body.norms).await?))
+    let (st, id2) = (state.clone(), id.clone());
+    Ok(Json(
+        run_to_completion(async move { st.refresh(&id2, body.ids, body.norms).await }).await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/v1/datasets/{dataset}/examples/{example}/privacy", tag = "privacy",
@@ -277,6 +301,7 @@ async fn example_privacy(
 ) -> ApiResult<Json<PrivacyView>> {
     claims.authorize(Access::Example(&id, example))?;
     let ds = state.dataset(&id)?;
+    ds.check_current()?;
     let ledger = ds.ledger.read().await;
     let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
     let example = ledger.privacy(example, delta, conversion)?;
@@ -301,6 +326,7 @@ async fn worst_case(
 ) -> ApiResult<Json<WorstCase>> {
     claims.authorize(Access::View(&id))?;
     let ds = state.dataset(&id)?;
+    ds.check_current()?;
     let ledger = ds.ledger.read().await;
     let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
     Ok(Json(ledger.worst_case(delta, conversion)?))

@@ -29,6 +29,32 @@ pub struct Dataset {
     pub ledger: RwLock<Ledger>,
     /// Archived datasets are read-only.
     pub archived: AtomicBool,
+    /// Set when memory may be behind the log (a change was persisted but could not
+    /// be applied, or a commit's outcome is unknown and reloading failed). Writers
+    /// reload from the log first; readers get 503 until then.
+    pub stale: AtomicBool,
+}
+
+impl Dataset {
+    fn new(id: &str, ledger: Ledger) -> Self {
+        Dataset {
+            id: id.to_string(),
+            ledger: RwLock::new(ledger),
+            archived: AtomicBool::new(false),
+            stale: AtomicBool::new(false),
+        }
+    }
+
+    /// Refuse reads while memory may be behind the log.
+    pub fn check_current(&self) -> Result<(), Problem> {
+        if self.stale.load(Ordering::Acquire) {
+            return Err(Problem::internal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this dataset is being reloaded from the log: retry shortly",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Payload of a `DatasetCreated` record.
@@ -167,6 +193,31 @@ impl AppState {
         Ok(ds)
     }
 
+    /// Checks made after taking a dataset's write lock, when they can no longer
+    /// change under us: the dataset is still the registered one (a failed create
+    /// removes it), it is not archived, and memory is current with the log
+    /// (reloading it if it may not be).
+    async fn locked_checks(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) -> Result<(), Problem> {
+        let registered = self
+            .datasets
+            .get(&ds.id)
+            .is_some_and(|d| Arc::ptr_eq(&d, ds));
+        if !registered {
+            return Err(Problem::not_found(format!("no dataset {:?}", ds.id)));
+        }
+        if ds.archived.load(Ordering::Acquire) {
+            return Err(Problem::conflict(format!(
+                "dataset {:?} is archived and read-only",
+                ds.id
+            )));
+        }
+        if ds.stale.load(Ordering::Acquire) {
+            *ledger = self.reload(&ds.id).await?;
+            ds.stale.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
     async fn persist(&self, records: Vec<Record>) -> Result<(), StoreError> {
         let started = Instant::now();
         append_async(&self.store, records).await?;
@@ -233,11 +284,7 @@ impl AppState {
         }
         let ledger = Ledger::new(config.clone())?;
         // The entry is reserved first so two concurrent creates cannot both persist.
-        let dataset = Arc::new(Dataset {
-            id: id.to_string(),
-            ledger: RwLock::new(ledger),
-            archived: AtomicBool::new(false),
-        });
+        let dataset = Arc::new(Dataset::new(id, ledger));
         let guard = dataset.ledger.write().await;
         match self.datasets.entry(id.to_string()) {
             dashmap::Entry::Occupied(_) => {
@@ -257,6 +304,15 @@ impl AppState {
             payload,
         };
         if let Err(e) = self.persist(vec![record]).await {
+            if matches!(e, StoreError::OutcomeUnknown { .. }) {
+                // The creation may be in the log: keep the entry only if it is.
+                if let Ok(ledger) = self.reload(id).await {
+                    let mut guard = guard;
+                    *guard = ledger;
+                    drop(guard);
+                    return Ok(dataset);
+                }
+            }
             self.datasets.remove(id);
             return Err(store_problem(e));
         }
@@ -269,6 +325,7 @@ impl AppState {
         let ds = self.writable(id)?;
         let started = Instant::now();
         let mut ledger = ds.ledger.write().await;
+        self.locked_checks(&ds, &mut ledger).await?;
         if let Some(previous) = ledger.check_step(&report)? {
             return Ok(previous);
         }
@@ -288,7 +345,13 @@ impl AppState {
                 // from there. An identical report is then a retry; nothing else is
                 // acknowledged.
                 tracing::warn!(dataset = id, step = report.step, error = %e, "reloading the dataset from the log");
-                *ledger = self.reload(id).await?;
+                match self.reload(id).await {
+                    Ok(fresh) => *ledger = fresh,
+                    Err(p) => {
+                        ds.stale.store(true, Ordering::Release);
+                        return Err(p);
+                    }
+                }
                 return match ledger.check_step(&report)? {
                     Some(previous) => Ok(previous),
                     None => Err(store_problem(e)),
@@ -297,10 +360,11 @@ impl AppState {
             Err(e) => return Err(store_problem(e)),
         }
         let outcome = ledger.step(&report).map_err(|e| {
-            // check_step promised this cannot happen; the log is the truth, so a
-            // restart would rebuild the ledger from it.
+            // check_step promised this cannot happen; the log is the truth, so the
+            // next request reloads the ledger from it.
             tracing::error!(dataset = id, step = report.step, error = %e, "step persisted but not applied");
-            Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "step recorded but not applied: restart the server to reload the log")
+            ds.stale.store(true, Ordering::Release);
+            Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "step recorded but not applied: the dataset will be reloaded from the log; retry")
         })?;
         metrics::counter!("dpledger_steps_total").increment(1);
         metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);
@@ -317,6 +381,7 @@ impl AppState {
     ) -> Result<RefreshOutcome, Problem> {
         let ds = self.writable(id)?;
         let mut ledger = ds.ledger.write().await;
+        self.locked_checks(&ds, &mut ledger).await?;
         ledger.check_refresh(&ids, &norms)?;
         let payload = StepPayload {
             step: ledger.next_step(),
@@ -335,15 +400,17 @@ impl AppState {
         };
         if let Err(e) = self.persist(vec![record]).await {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                *ledger = self.reload(id).await?;
+                // The refresh may be in the log: memory must catch up before anything else.
+                ds.stale.store(true, Ordering::Release);
             }
             return Err(store_problem(e));
         }
         ledger.refresh(&payload.ids, &payload.norms).map_err(|e| {
             tracing::error!(dataset = id, error = %e, "refresh persisted but not applied");
+            ds.stale.store(true, Ordering::Release);
             Problem::internal(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "refresh recorded but not applied: restart the server",
+                "refresh recorded but not applied: the dataset will be reloaded from the log",
             )
         })
     }
@@ -351,10 +418,11 @@ impl AppState {
     /// Archive a dataset: read-only from then on, never deleted.
     pub async fn archive(&self, id: &str) -> Result<(), Problem> {
         let ds = self.dataset(id)?;
-        let _guard = ds.ledger.write().await;
+        let mut ledger = ds.ledger.write().await;
         if ds.archived.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.locked_checks(&ds, &mut ledger).await?;
         let record = Record {
             dataset: id.to_string(),
             kind: RecordKind::Archived,
@@ -362,7 +430,12 @@ impl AppState {
             part: None,
             payload: Vec::new(),
         };
-        self.persist(vec![record]).await.map_err(store_problem)?;
+        if let Err(e) = self.persist(vec![record]).await {
+            if matches!(e, StoreError::OutcomeUnknown { .. }) {
+                ds.stale.store(true, Ordering::Release);
+            }
+            return Err(store_problem(e));
+        }
         ds.archived.store(true, Ordering::Release);
         Ok(())
     }
@@ -416,11 +489,7 @@ fn apply_record(
             }
             datasets.insert(
                 rec.dataset.clone(),
-                Arc::new(Dataset {
-                    id: rec.dataset.clone(),
-                    ledger: RwLock::new(ledger),
-                    archived: AtomicBool::new(false),
-                }),
+                Arc::new(Dataset::new(&rec.dataset, ledger)),
             );
         }
         RecordKind::StepPart => {
