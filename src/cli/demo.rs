@@ -100,8 +100,9 @@ impl DemoCmd {
         let runtime = tokio::runtime::Runtime::new()?;
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
         let base = format!("http://{}", listener.local_addr()?);
+        let serving = state.clone();
         runtime.spawn(async move {
-            let _ = axum::serve(listener, router(state.clone())).await;
+            let _ = axum::serve(listener, router(serving)).await;
         });
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(60))
@@ -189,15 +190,8 @@ impl DemoCmd {
             .call()?
             .into_json()?;
         let worst = wc["epsilon"].as_f64().unwrap_or(f64::NAN);
-        // The curator's view of the whole distribution, from the ledger itself.
-        let ledger_state = AppState::recover(
-            crate::store::open(&format!("sqlite:{}", dir.join("demo.sqlite").display()))
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
-            Authorizer::hs256(&secret),
-            Limits::default(),
-            None,
-        )?;
-        let ds = ledger_state
+        // The curator's view of the whole distribution, from the served ledger itself.
+        let ds = state
             .dataset("demo")
             .map_err(|p| anyhow::anyhow!(p.detail))?;
         let mut eps = runtime.block_on(async {
