@@ -1,0 +1,1 @@
+//! DP-SGD for tch models with dpledger accounting (skeleton; see issue 7).
