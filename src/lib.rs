@@ -6,4 +6,5 @@ pub mod accounting;
 pub mod api;
 pub mod cli;
 pub mod ledger;
+pub mod release;
 pub mod store;

@@ -52,6 +52,9 @@ fn every_endpoint_checks_the_exact_object() {
     // (name, method, path, body, who may, mutating-last)
     let allowed_train =
         |w: Who, own: bool| w == Who::Admin || (own && matches!(w, Who::Curator | Who::Trainer));
+    let allowed_curate = |w: Who, own: bool| w == Who::Admin || (own && w == Who::Curator);
+    let allowed_view =
+        |w: Who, own: bool| w == Who::Admin || (own && !matches!(w, Who::Nobody | Who::Forged));
     let mut checked = 0;
     for (ds, own_ds) in [("a", true), ("b", false)] {
         for (ex, own_ex) in [(3u64, true), (4u64, false)] {
@@ -105,6 +108,71 @@ fn every_endpoint_checks_the_exact_object() {
                             token,
                         ),
                         *who == Who::Admin || (own_ds && !matches!(who, Who::Nobody | Who::Forged)),
+                    ),
+                    (
+                        "release",
+                        post(
+                            &format!("{}/v1/datasets/{ds}/releases", server.url),
+                            token,
+                            &json!({}),
+                        ),
+                        allowed_curate(*who, own_ds),
+                    ),
+                    (
+                        "release-list",
+                        get(&format!("{}/v1/datasets/{ds}/releases", server.url), token),
+                        allowed_view(*who, own_ds),
+                    ),
+                    (
+                        "release-latest",
+                        get(
+                            &format!("{}/v1/datasets/{ds}/releases/latest", server.url),
+                            token,
+                        ),
+                        allowed_view(*who, own_ds),
+                    ),
+                    (
+                        "budget",
+                        get(
+                            &format!("{}/v1/datasets/{ds}/release-budget", server.url),
+                            token,
+                        ),
+                        allowed_view(*who, own_ds),
+                    ),
+                    (
+                        "budget-set",
+                        put(
+                            &format!("{}/v1/datasets/{ds}/release-budget", server.url),
+                            token,
+                            &json!({}),
+                        ),
+                        allowed_curate(*who, own_ds),
+                    ),
+                    (
+                        "policy",
+                        get(
+                            &format!("{}/v1/datasets/{ds}/release-policy", server.url),
+                            token,
+                        ),
+                        allowed_view(*who, own_ds),
+                    ),
+                    (
+                        "policy-set",
+                        put(
+                            &format!("{}/v1/datasets/{ds}/release-policy", server.url),
+                            token,
+                            &json!({"policy": {"every_steps": 0, "request": {"mean": {"rho": 1}}}}),
+                        ),
+                        allowed_curate(*who, own_ds),
+                    ),
+                    (
+                        "labels",
+                        put(
+                            &format!("{}/v1/datasets/{ds}/labels", server.url),
+                            token,
+                            &json!({"ids": [999], "labels": ["x"]}),
+                        ),
+                        allowed_curate(*who, own_ds),
                     ),
                     (
                         "create",

@@ -5,5 +5,7 @@ pub mod accountant;
 pub mod auth;
 pub mod extract;
 pub mod problem;
+pub mod release_routes;
+pub mod releases;
 pub mod routes;
 pub mod state;

@@ -23,6 +23,9 @@ pub struct Problem {
     /// The request field at fault, when one is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// For a release refused by its budget: what was spent and what was asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::releases::BudgetRefusal>,
 }
 
 impl Problem {
@@ -34,12 +37,19 @@ impl Problem {
             status: status.as_u16(),
             detail: detail.into(),
             field: None,
+            budget: None,
         }
     }
 
     /// Attach the name of the field at fault.
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
+        self
+    }
+
+    /// Attach the budget state that made a release impossible.
+    pub fn with_budget(mut self, budget: super::releases::BudgetRefusal) -> Self {
+        self.budget = Some(budget);
         self
     }
 

@@ -34,6 +34,17 @@ pub struct CreateDataset {
     pub id: String,
     /// The ledger's configuration.
     pub config: DatasetConfig,
+    /// Budget for DP releases of aggregates (default: none, so no release is
+    /// possible until a curator sets one).
+    #[serde(default)]
+    pub release_budget: Option<crate::release::BudgetRequest>,
+    /// Group labels of examples `0, 1, …` (`null`: unlabelled), for per-group
+    /// releases.
+    #[serde(default)]
+    pub labels: Option<Vec<Option<String>>>,
+    /// Release automatically every N steps.
+    #[serde(default)]
+    pub release_policy: Option<crate::release::ReleasePolicy>,
 }
 
 /// A dataset's state, with the public worst case at its reporting delta.
@@ -117,7 +128,7 @@ pub struct Health {
 
 /// Run a state change on its own task so that it completes even if the client
 /// disconnects: once a change is in the log it must also be applied in memory.
-async fn run_to_completion<T: Send + 'static>(
+pub(super) async fn run_to_completion<T: Send + 'static>(
     change: impl std::future::Future<Output = ApiResult<T>> + Send + 'static,
 ) -> ApiResult<T> {
     tokio::spawn(change).await.map_err(|_| {
@@ -165,8 +176,18 @@ async fn create_dataset(
 ) -> ApiResult<impl IntoResponse> {
     claims.authorize(Access::Admin)?;
     let body: CreateDataset = body.json()?;
-    let (st, id) = (state.clone(), body.id.clone());
-    run_to_completion(async move { st.create_dataset(&id, body.config).await.map(|_| ()) }).await?;
+    let setup = super::state::DatasetSetup {
+        release_budget: body
+            .release_budget
+            .as_ref()
+            .map(|b| b.to_rho())
+            .transpose()?,
+        labels: body.labels,
+        release_policy: body.release_policy,
+    };
+    let (st, id, config) = (state.clone(), body.id.clone(), body.config);
+    run_to_completion(async move { st.create_dataset(&id, config, setup).await.map(|_| ()) })
+        .await?;
     Ok((StatusCode::CREATED, Json(view(&state, &body.id).await?)))
 }
 
@@ -495,14 +516,16 @@ use crate::ledger::StepReport;
           example_privacy, worst_case, accountant_rdp, accountant_epsilon, accountant_noise, accountant_compare,
           accountant_schedule, healthz, readyz, metrics_endpoint, openapi_json),
     modifiers(&ApiConventions),
-    tags((name = "datasets"), (name = "training"), (name = "privacy"), (name = "accountant"), (name = "operations"))
+    tags((name = "datasets"), (name = "training"), (name = "privacy"), (name = "releases"), (name = "accountant"), (name = "operations"))
 )]
 pub struct ApiDoc;
 
 /// The OpenAPI document as pretty JSON (what `dpledger openapi` writes).
 pub fn openapi_document() -> String {
-    ApiDoc::openapi()
-        .to_pretty_json()
+    let mut doc = ApiDoc::openapi();
+    doc.merge(super::release_routes::ReleaseApi::openapi());
+    utoipa::Modify::modify(&ApiConventions, &mut doc);
+    doc.to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
         + "\n"
 }
@@ -531,6 +554,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .route("/openapi.json", get(openapi_json))
+        .merge(super::release_routes::routes())
         .fallback(|| async { Problem::not_found("no such endpoint") })
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {

@@ -9,7 +9,10 @@
 //! to apply, so the log's order is the ledger's order.
 
 use super::problem::Problem;
+pub use super::releases::ReleaseBook;
+use super::releases::{apply_release, apply_setting, export_gauges, BudgetPayload, PolicyPayload};
 use crate::ledger::{DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport};
+use crate::release::{LabelAssignment, ReleasePolicy};
 use crate::store::codec::StepPayload;
 use crate::store::{append_async, Record, RecordKind, Store, StoreError, StoredRecord};
 use axum::http::StatusCode;
@@ -33,6 +36,10 @@ pub struct Dataset {
     /// be applied, or a commit's outcome is unknown and reloading failed). Writers
     /// reload from the log first; readers get 503 until then.
     pub stale: AtomicBool,
+    /// Releases, release budget, labels and policy. Changed only while the
+    /// ledger's write lock is held (so releases and steps are ordered as in the
+    /// log); read without it by viewers.
+    pub book: std::sync::RwLock<ReleaseBook>,
 }
 
 impl Dataset {
@@ -42,6 +49,7 @@ impl Dataset {
             ledger: RwLock::new(ledger),
             archived: AtomicBool::new(false),
             stale: AtomicBool::new(false),
+            book: std::sync::RwLock::new(ReleaseBook::default()),
         }
     }
 
@@ -110,7 +118,7 @@ pub fn valid_dataset_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-fn store_problem(e: StoreError) -> Problem {
+pub(super) fn store_problem(e: StoreError) -> Problem {
     match e {
         StoreError::Duplicate {
             dataset,
@@ -152,6 +160,9 @@ impl AppState {
             })
         };
         let stats = store.load(&mut apply)?;
+        for d in datasets.iter() {
+            export_gauges(d.key(), &d.book.read().unwrap_or_else(|e| e.into_inner()));
+        }
         tracing::info!(
             records = stats.records,
             datasets = datasets.len(),
@@ -183,7 +194,7 @@ impl AppState {
         ids
     }
 
-    fn writable(&self, id: &str) -> Result<Arc<Dataset>, Problem> {
+    pub(super) fn writable(&self, id: &str) -> Result<Arc<Dataset>, Problem> {
         let ds = self.dataset(id)?;
         if ds.archived.load(Ordering::Acquire) {
             return Err(Problem::conflict(format!(
@@ -197,7 +208,11 @@ impl AppState {
     /// change under us: the dataset is still the registered one (a failed create
     /// removes it), it is not archived, and memory is current with the log
     /// (reloading it if it may not be).
-    async fn locked_checks(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) -> Result<(), Problem> {
+    pub(super) async fn locked_checks(
+        &self,
+        ds: &Arc<Dataset>,
+        ledger: &mut Ledger,
+    ) -> Result<(), Problem> {
         let registered = self
             .datasets
             .get(&ds.id)
@@ -212,13 +227,13 @@ impl AppState {
             )));
         }
         if ds.stale.load(Ordering::Acquire) {
-            *ledger = self.reload(&ds.id).await?;
+            self.reload_into(ds, ledger).await?;
             ds.stale.store(false, Ordering::Release);
         }
         Ok(())
     }
 
-    async fn persist(&self, records: Vec<Record>) -> Result<(), StoreError> {
+    pub(super) async fn persist(&self, records: Vec<Record>) -> Result<(), StoreError> {
         let started = Instant::now();
         append_async(&self.store, records).await?;
         metrics::histogram!("dpledger_store_commit_seconds")
@@ -226,10 +241,23 @@ impl AppState {
         Ok(())
     }
 
+    /// Rebuild one dataset's ledger and release book from the log into `ds`; the
+    /// caller holds the dataset's write lock (`ledger`).
+    pub(super) async fn reload_into(
+        &self,
+        ds: &Dataset,
+        ledger: &mut Ledger,
+    ) -> Result<(), Problem> {
+        let (fresh, book) = self.reload(&ds.id).await?;
+        *ledger = fresh;
+        *ds.book.write().unwrap_or_else(|e| e.into_inner()) = book;
+        Ok(())
+    }
+
     /// Rebuild one dataset's ledger from the log. Used when memory may be behind
     /// the log: a commit whose outcome is unknown, or a step another process
     /// stored. Runs on a blocking thread; the caller holds the dataset's write lock.
-    async fn reload(&self, id: &str) -> Result<Ledger, Problem> {
+    async fn reload(&self, id: &str) -> Result<(Ledger, ReleaseBook), Problem> {
         let store = self.store.clone();
         let id = id.to_string();
         let rebuilt =
@@ -267,14 +295,17 @@ impl AppState {
         })?;
         let dataset = Arc::try_unwrap(dataset)
             .map_err(|_| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "reload raced"))?;
-        Ok(dataset.ledger.into_inner())
+        let book = dataset.book.into_inner().unwrap_or_else(|e| e.into_inner());
+        Ok((dataset.ledger.into_inner(), book))
     }
 
-    /// Create a dataset. 409 if the id is taken.
+    /// Create a dataset, with its optional release settings (stored with the
+    /// creation, atomically). 409 if the id is taken.
     pub async fn create_dataset(
         &self,
         id: &str,
         config: DatasetConfig,
+        setup: DatasetSetup,
     ) -> Result<Arc<Dataset>, Problem> {
         if !valid_dataset_id(id) {
             return Err(
@@ -283,6 +314,7 @@ impl AppState {
             );
         }
         let ledger = Ledger::new(config.clone())?;
+        let settings = setup.records(id, &ledger)?;
         // The entry is reserved first so two concurrent creates cannot both persist.
         let dataset = Arc::new(Dataset::new(id, ledger));
         let guard = dataset.ledger.write().await;
@@ -303,18 +335,34 @@ impl AppState {
             part: None,
             payload,
         };
-        if let Err(e) = self.persist(vec![record]).await {
+        let mut records = vec![record];
+        records.extend(settings);
+        let applied: Vec<(RecordKind, Vec<u8>)> = records[1..]
+            .iter()
+            .map(|r| (r.kind, r.payload.clone()))
+            .collect();
+        if let Err(e) = self.persist(records).await {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
                 // The creation may be in the log: keep the entry only if it is.
-                if let Ok(ledger) = self.reload(id).await {
-                    let mut guard = guard;
-                    *guard = ledger;
+                let mut guard = guard;
+                if self.reload_into(&dataset, &mut guard).await.is_ok() {
                     drop(guard);
                     return Ok(dataset);
                 }
             }
             self.datasets.remove(id);
             return Err(store_problem(e));
+        }
+        {
+            let mut book = dataset.book.write().unwrap_or_else(|e| e.into_inner());
+            for (kind, payload) in &applied {
+                // Checked by `DatasetSetup::records` against this very ledger.
+                if let Err(e) = apply_setting(&guard, &mut book, *kind, payload) {
+                    tracing::error!(dataset = id, error = %e, "setting persisted but not applied");
+                    dataset.stale.store(true, Ordering::Release);
+                }
+            }
+            export_gauges(id, &book);
         }
         drop(guard.downgrade());
         Ok(dataset)
@@ -345,8 +393,8 @@ impl AppState {
                 // from there. An identical report is then a retry; nothing else is
                 // acknowledged.
                 tracing::warn!(dataset = id, step = report.step, error = %e, "reloading the dataset from the log");
-                match self.reload(id).await {
-                    Ok(fresh) => *ledger = fresh,
+                match self.reload_into(&ds, &mut ledger).await {
+                    Ok(()) => {}
                     Err(p) => {
                         ds.stale.store(true, Ordering::Release);
                         return Err(p);
@@ -366,6 +414,15 @@ impl AppState {
             ds.stale.store(true, Ordering::Release);
             Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "step recorded but not applied: the dataset will be reloaded from the log; retry")
         })?;
+        let mut outcome = outcome;
+        if outcome.complete {
+            let retired = self.policy_release(&ds, &mut ledger).await;
+            if !retired.is_empty() {
+                outcome.retired.extend(retired);
+                outcome.retired.sort_unstable();
+                outcome.retired.dedup();
+            }
+        }
         metrics::counter!("dpledger_steps_total").increment(1);
         metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);
         metrics::histogram!("dpledger_step_seconds").record(started.elapsed().as_secs_f64());
@@ -530,11 +587,89 @@ fn apply_record(
         RecordKind::Archived => {
             existing()?.archived.store(true, Ordering::Release);
         }
-        other => {
-            return Err(format!(
-                "record kind {other:?} is not supported by this version of dpledger"
-            ))
+        RecordKind::Release => {
+            let ds = existing()?;
+            let release: crate::release::Release =
+                serde_json::from_slice(&rec.payload).map_err(|e| format!("release: {e}"))?;
+            let mut ledger = ds
+                .ledger
+                .try_write()
+                .map_err(|_| "ledger busy during recovery".to_string())?;
+            let mut book = ds.book.write().unwrap_or_else(|e| e.into_inner());
+            apply_release(&mut ledger, &mut book, release)?;
+        }
+        kind @ (RecordKind::BudgetChange | RecordKind::Labels | RecordKind::ReleasePolicy) => {
+            let ds = existing()?;
+            let ledger = ds
+                .ledger
+                .try_read()
+                .map_err(|_| "ledger busy during recovery".to_string())?;
+            let mut book = ds.book.write().unwrap_or_else(|e| e.into_inner());
+            apply_setting(&ledger, &mut book, kind, &rec.payload)?;
         }
     }
     Ok(())
+}
+
+/// Release settings given when a dataset is created.
+#[derive(Debug, Clone, Default)]
+pub struct DatasetSetup {
+    /// Release budget in zCDP `rho`.
+    pub release_budget: Option<f64>,
+    /// Labels of examples `0..labels.len()`.
+    pub labels: Option<Vec<Option<String>>>,
+    /// Automatic release policy.
+    pub release_policy: Option<ReleasePolicy>,
+}
+
+fn json_record(id: &str, kind: RecordKind, payload: &impl Serialize) -> Result<Record, Problem> {
+    Ok(Record {
+        dataset: id.to_string(),
+        kind,
+        step: None,
+        part: None,
+        payload: serde_json::to_vec(payload)
+            .map_err(|e| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
+    })
+}
+
+impl DatasetSetup {
+    /// Validate against the new ledger and encode as the records stored with the
+    /// creation.
+    fn records(&self, id: &str, ledger: &Ledger) -> Result<Vec<Record>, Problem> {
+        let mut out = Vec::new();
+        if let Some(rho) = self.release_budget {
+            out.push(json_record(
+                id,
+                RecordKind::BudgetChange,
+                &BudgetPayload { rho_budget: rho },
+            )?);
+        }
+        if let Some(labels) = &self.labels {
+            if labels.len() as u64 > ledger.examples() {
+                return Err(Problem::bad_request(format!(
+                    "{} labels for {} examples",
+                    labels.len(),
+                    ledger.examples()
+                ))
+                .with_field("labels"));
+            }
+            let a = LabelAssignment {
+                ids: (0..labels.len() as u64).collect(),
+                labels: labels.clone(),
+            };
+            crate::release::Labels::default().check(ledger.examples(), &a)?;
+            out.push(json_record(id, RecordKind::Labels, &a)?);
+        }
+        if let Some(p) = &self.release_policy {
+            let mut p = p.clone();
+            p.validate()?;
+            out.push(json_record(
+                id,
+                RecordKind::ReleasePolicy,
+                &PolicyPayload { policy: Some(p) },
+            )?);
+        }
+        Ok(out)
+    }
 }

@@ -1008,6 +1008,12 @@ impl Ledger {
 
     // ------------------------------------------------------------------ releases
 
+    /// Whether a release could be charged now (no multi-part step is incomplete),
+    /// without changing anything: the server checks before it persists.
+    pub fn check_release(&self) -> Result<(), LedgerError> {
+        self.refuse_if_pending("a release")
+    }
+
     /// Charge the RDP of a DP release (spec §6) to every example and to the worst
     /// case, in `O(#orders)`: it is kept as one dataset-wide offset added at query
     /// time. With an individual filter this costs one `O(n)` pass (every example's

@@ -109,12 +109,16 @@ pub enum RecordKind {
     StepPart = 2,
     /// Thresholds were refreshed; payload: JSON.
     Refresh = 3,
-    /// A release was charged; payload: JSON.
+    /// A DP release was published and charged; payload: the release (JSON).
     Release = 4,
-    /// The budget was changed; payload: JSON.
+    /// The release budget was set; payload: JSON.
     BudgetChange = 5,
     /// The dataset was archived; payload: JSON.
     Archived = 6,
+    /// Group labels were assigned; payload: JSON.
+    Labels = 7,
+    /// The automatic release policy was set or removed; payload: JSON.
+    ReleasePolicy = 8,
 }
 
 impl RecordKind {
@@ -127,6 +131,8 @@ impl RecordKind {
             4 => RecordKind::Release,
             5 => RecordKind::BudgetChange,
             6 => RecordKind::Archived,
+            7 => RecordKind::Labels,
+            8 => RecordKind::ReleasePolicy,
             _ => return None,
         })
     }

@@ -164,6 +164,15 @@ pub fn post(url: &str, token: Option<&str>, body: &Value) -> Reply {
     finish(req.send_json(body.clone()))
 }
 
+/// `PUT url` with a JSON body.
+pub fn put(url: &str, token: Option<&str>, body: &Value) -> Reply {
+    let mut req = agent().put(url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    finish(req.send_json(body.clone()))
+}
+
 /// `POST url` with a raw body and content type.
 pub fn post_raw(url: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
     let mut req = agent().post(url).set("Content-Type", content_type);

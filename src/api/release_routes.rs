@@ -1,0 +1,263 @@
+//! Endpoints of DP releases (issue 6): curators publish releases, set the release
+//! budget, labels and policy; viewers read what was released, at no new cost.
+
+use super::auth::Access;
+use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
+use super::problem::{ApiResult, Problem};
+use super::releases::ReleaseOutcome;
+use super::routes::run_to_completion;
+use super::state::AppState;
+use crate::release::{
+    BudgetRequest, BudgetStatus, LabelAssignment, Release, ReleasePolicy, ReleaseRequest,
+};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use utoipa::{IntoParams, ToSchema};
+
+type S = State<Arc<AppState>>;
+
+/// Most releases returned by one list request.
+const MAX_LIST: usize = 1000;
+
+/// Which releases to list.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ReleaseListQuery {
+    /// Most releases to return, newest first (default 20, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// Releases of a dataset, newest first, with the budget.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReleaseList {
+    /// The release budget and its spend.
+    pub budget: BudgetStatus,
+    /// The automatic policy, if any.
+    pub policy: Option<ReleasePolicy>,
+    /// Why the policy's latest release was refused, if it was.
+    pub policy_error: Option<String>,
+    /// Newest first.
+    pub releases: Vec<Release>,
+}
+
+/// Set or remove the automatic release policy.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    /// The policy; `null` removes it.
+    pub policy: Option<ReleasePolicy>,
+}
+
+/// The policy now in force.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PolicyView {
+    /// The policy; `null` when none.
+    pub policy: Option<ReleasePolicy>,
+    /// Why its latest release was refused, if it was.
+    pub policy_error: Option<String>,
+}
+
+/// The dataset's groups after a label assignment.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LabelsView {
+    /// Every label in use or used before, in order of first use.
+    pub groups: Vec<String>,
+}
+
+#[utoipa::path(post, path = "/v1/datasets/{dataset}/releases", tag = "releases", params(("dataset" = String, Path)),
+    request_body = ReleaseRequest,
+    responses((status = 201, body = ReleaseOutcome), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem),
+               (status = 409, body = Problem, description = "Over budget (the body's `budget` says the spend and the request), no budget set, no labels for by_group, a step in progress, or nothing to release yet")),
+    security(("bearer" = [])))]
+async fn create_release(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    body: RawBody,
+) -> ApiResult<impl IntoResponse> {
+    claims.authorize(Access::Curate(&id))?;
+    let mut request: ReleaseRequest = body.json()?;
+    request.validate()?;
+    let st = state.clone();
+    let outcome = run_to_completion(async move { st.release(&id, request).await }).await?;
+    Ok((StatusCode::CREATED, Json(outcome)))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/releases", tag = "releases",
+    params(("dataset" = String, Path), ReleaseListQuery),
+    responses((status = 200, body = ReleaseList), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn list_releases(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ReleaseListQuery>,
+) -> ApiResult<Json<ReleaseList>> {
+    claims.authorize(Access::View(&id))?;
+    let limit = q.limit.unwrap_or(20);
+    if limit > MAX_LIST {
+        return Err(
+            Problem::bad_request(format!("limit {limit} is over {MAX_LIST}")).with_field("limit"),
+        );
+    }
+    Ok(Json(state.with_book(&id, |book| {
+        ReleaseList {
+            budget: book.budget,
+            policy: book.policy.clone(),
+            policy_error: book.policy_error.clone(),
+            releases: book
+                .history
+                .iter()
+                .rev()
+                .take(limit)
+                .map(|r| (**r).clone())
+                .collect(),
+        }
+    })?))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/releases/latest", tag = "releases", params(("dataset" = String, Path)),
+    responses((status = 200, body = Release), (status = 401, body = Problem), (status = 403, body = Problem),
+               (status = 404, body = Problem, description = "No such dataset, or nothing released yet")),
+    security(("bearer" = [])))]
+async fn latest_release(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Release>> {
+    claims.authorize(Access::View(&id))?;
+    let latest = state.with_book(&id, |book| book.history.last().cloned())?;
+    let latest =
+        latest.ok_or_else(|| Problem::not_found(format!("dataset {id:?} has no release yet")))?;
+    metrics::counter!("dpledger_release_reads_total").increment(1);
+    Ok(Json((*latest).clone()))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/release-budget", tag = "releases", params(("dataset" = String, Path)),
+    responses((status = 200, body = BudgetStatus), (status = 401, body = Problem), (status = 403, body = Problem),
+               (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn get_budget(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<BudgetStatus>> {
+    claims.authorize(Access::View(&id))?;
+    Ok(Json(state.with_book(&id, |book| book.budget)?))
+}
+
+#[utoipa::path(put, path = "/v1/datasets/{dataset}/release-budget", tag = "releases", params(("dataset" = String, Path)),
+    request_body = BudgetRequest,
+    responses((status = 200, body = BudgetStatus), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem),
+               (status = 409, body = Problem, description = "Below what is already spent, or the dataset is archived")),
+    security(("bearer" = [])))]
+async fn set_budget(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    body: RawBody,
+) -> ApiResult<Json<BudgetStatus>> {
+    claims.authorize(Access::Curate(&id))?;
+    let request: BudgetRequest = body.json()?;
+    let rho = request.to_rho()?;
+    let st = state.clone();
+    Ok(Json(
+        run_to_completion(async move { st.set_release_budget(&id, rho).await }).await?,
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/release-policy", tag = "releases", params(("dataset" = String, Path)),
+    responses((status = 200, body = PolicyView), (status = 401, body = Problem), (status = 403, body = Problem),
+               (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn get_policy(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<PolicyView>> {
+    claims.authorize(Access::View(&id))?;
+    Ok(Json(state.with_book(&id, |book| PolicyView {
+        policy: book.policy.clone(),
+        policy_error: book.policy_error.clone(),
+    })?))
+}
+
+#[utoipa::path(put, path = "/v1/datasets/{dataset}/release-policy", tag = "releases", params(("dataset" = String, Path)),
+    request_body = PolicyUpdate,
+    responses((status = 200, body = PolicyView), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)),
+    security(("bearer" = [])))]
+async fn set_policy(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    body: RawBody,
+) -> ApiResult<Json<PolicyView>> {
+    claims.authorize(Access::Curate(&id))?;
+    let update: PolicyUpdate = body.json()?;
+    let st = state.clone();
+    let policy =
+        run_to_completion(async move { st.set_release_policy(&id, update.policy).await }).await?;
+    Ok(Json(PolicyView {
+        policy,
+        policy_error: None,
+    }))
+}
+
+#[utoipa::path(put, path = "/v1/datasets/{dataset}/labels", tag = "releases", params(("dataset" = String, Path)),
+    request_body = LabelAssignment,
+    responses((status = 200, body = LabelsView), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)),
+    security(("bearer" = [])))]
+async fn set_labels(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    body: RawBody,
+) -> ApiResult<Json<LabelsView>> {
+    claims.authorize(Access::Curate(&id))?;
+    let assignment: LabelAssignment = body.json()?;
+    let st = state.clone();
+    let groups = run_to_completion(async move { st.set_labels(&id, assignment).await }).await?;
+    Ok(Json(LabelsView { groups }))
+}
+
+/// The release endpoints, merged into the main router.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            "/v1/datasets/{dataset}/releases",
+            post(create_release).get(list_releases),
+        )
+        .route(
+            "/v1/datasets/{dataset}/releases/latest",
+            get(latest_release),
+        )
+        .route(
+            "/v1/datasets/{dataset}/release-budget",
+            get(get_budget).put(set_budget),
+        )
+        .route(
+            "/v1/datasets/{dataset}/release-policy",
+            get(get_policy).put(set_policy),
+        )
+        .route("/v1/datasets/{dataset}/labels", put(set_labels))
+}
+
+/// The release endpoints' part of the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    create_release,
+    list_releases,
+    latest_release,
+    get_budget,
+    set_budget,
+    get_policy,
+    set_policy,
+    set_labels
+))]
+pub struct ReleaseApi;

@@ -1,0 +1,306 @@
+//! DP releases of aggregate statistics of per-example epsilons (issue 6; spec §6).
+//!
+//! Per-instance epsilons correlate with an example's loss, so anyone but the
+//! owner sees them only through releases that are themselves differentially
+//! private, and whose zCDP cost `rho` is charged to every example and to the
+//! worst case as RDP `alpha · rho`. Values lie in `[0, B]` with `B` the worst-case
+//! epsilon, which bounds every statistic's sensitivity under add/remove
+//! (spec §6). Pure computation: no I/O, randomness passed in.
+
+pub mod accuracy;
+pub mod budget;
+pub mod histogram;
+pub mod labels;
+pub mod mean;
+pub mod noise;
+pub mod quantiles;
+pub mod request;
+
+pub use budget::{BudgetRequest, BudgetStatus};
+pub use histogram::HistogramValue;
+pub use labels::{LabelAssignment, Labels};
+pub use mean::MeanValue;
+pub use request::{
+    HistogramRequest, MeanRequest, QuantileMethod, QuantilesRequest, ReleaseRequest,
+};
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// One released quantile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QuantileValue {
+    /// The level in (0, 1).
+    pub level: f64,
+    /// The DP estimate of the level's quantile, in `[0, B]`.
+    pub value: f64,
+}
+
+/// The statistics released for one population (everyone, or one group).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Statistics {
+    /// The DP mean and count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<MeanValue>,
+    /// The DP quantiles, by increasing level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantiles: Option<Vec<QuantileValue>>,
+    /// The DP histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<HistogramValue>,
+}
+
+/// The statistics of one label group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct GroupStatistics {
+    /// The label; `null` for the examples without one.
+    pub label: Option<String>,
+    /// Its statistics.
+    #[serde(flatten)]
+    pub statistics: Statistics,
+}
+
+/// What a release published: the population's statistics, or every group's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReleaseValues {
+    /// Statistics of all examples (when `by_group` was false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub population: Option<Statistics>,
+    /// Statistics of every group, labels in order of first use, then the
+    /// unlabelled examples (when `by_group` was true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<GroupStatistics>>,
+}
+
+/// Compute one population's statistics.
+pub fn statistics<R: Rng + ?Sized>(
+    rng: &mut R,
+    request: &ReleaseRequest,
+    values: &[f64],
+    bound: f64,
+) -> Statistics {
+    Statistics {
+        mean: request
+            .mean
+            .as_ref()
+            .map(|m| mean::release_mean(rng, values, bound, m.rho)),
+        quantiles: request.quantiles.as_ref().map(|q| {
+            let est = match q.method {
+                QuantileMethod::Kss => {
+                    quantiles::kss_quantiles(rng, values, bound, &q.levels, q.rho)
+                }
+                QuantileMethod::GradientDescent => quantiles::gradient_quantiles(
+                    rng,
+                    values,
+                    bound,
+                    &q.levels,
+                    q.rho,
+                    q.steps.unwrap_or(quantiles::GRADIENT_STEPS),
+                ),
+            };
+            q.levels
+                .iter()
+                .zip(est)
+                .map(|(&level, value)| QuantileValue { level, value })
+                .collect()
+        }),
+        histogram: request
+            .histogram
+            .as_ref()
+            .map(|h| histogram::release_histogram(rng, values, bound, h.bins, h.rho)),
+    }
+}
+
+/// Compute a validated release of `values` (every example's epsilon, by id,
+/// each in `[0, bound]`). With `by_group`, every label's statistics at the full
+/// cost each: the groups are disjoint, so one example affects one group only.
+pub fn compute<R: Rng + ?Sized>(
+    rng: &mut R,
+    request: &ReleaseRequest,
+    values: &[f64],
+    bound: f64,
+    labels: &Labels,
+) -> ReleaseValues {
+    if !request.by_group {
+        return ReleaseValues {
+            population: Some(statistics(rng, request, values, bound)),
+            groups: None,
+        };
+    }
+    let (groups, unlabelled) = labels.partition(values);
+    let mut out: Vec<GroupStatistics> = labels
+        .names()
+        .iter()
+        .zip(&groups)
+        .map(|(name, vals)| GroupStatistics {
+            label: Some(name.clone()),
+            statistics: statistics(rng, request, vals, bound),
+        })
+        .collect();
+    out.push(GroupStatistics {
+        label: None,
+        statistics: statistics(rng, request, &unlabelled, bound),
+    });
+    ReleaseValues {
+        population: None,
+        groups: Some(out),
+    }
+}
+
+/// A release as recorded durably and served to viewers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Release {
+    /// 1, 2, … within the dataset.
+    pub id: u64,
+    /// Steps applied when it was released (the ledger's next step).
+    pub step: u64,
+    /// When it was released (seconds since the Unix epoch).
+    pub released_at: u64,
+    /// `request` for a curator's request, `policy` for an automatic one.
+    pub trigger: ReleaseTrigger,
+    /// What was asked for.
+    pub request: ReleaseRequest,
+    /// Delta at which epsilons were computed.
+    pub delta: f64,
+    /// The bound `B` (worst-case epsilon at `delta` before this release).
+    pub bound: f64,
+    /// zCDP cost charged to every example and to the worst case.
+    pub rho: f64,
+    /// The released statistics.
+    pub values: ReleaseValues,
+}
+
+/// Who asked for a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseTrigger {
+    /// A curator's request.
+    Request,
+    /// The dataset's release policy, after a step.
+    Policy,
+}
+
+/// Releases every `every_steps` steps, automatically.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleasePolicy {
+    /// Release after every step whose number of applied steps is a multiple of this.
+    pub every_steps: u64,
+    /// What to release each time.
+    pub request: ReleaseRequest,
+}
+
+impl ReleasePolicy {
+    /// Validate the period and the request.
+    pub fn validate(&mut self) -> crate::accounting::error::Result<()> {
+        if self.every_steps == 0 {
+            return Err(crate::accounting::InvalidArgument::new(
+                "every_steps",
+                "must be at least 1",
+            ));
+        }
+        self.request.validate()
+    }
+}
+
+/// RDP at `orders` of a `rho`-zCDP release: `alpha · rho`, rounded up by one ulp
+/// so the charge is never below the exact product.
+pub fn rdp_of_rho(orders: &[f64], rho: f64) -> Vec<f64> {
+    orders.iter().map(|&a| (a * rho).next_up()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn request() -> ReleaseRequest {
+        ReleaseRequest {
+            mean: Some(MeanRequest { rho: 0.01 }),
+            quantiles: Some(QuantilesRequest {
+                rho: 0.01,
+                levels: vec![0.5, 0.1],
+                method: QuantileMethod::Kss,
+                steps: None,
+            }),
+            histogram: Some(HistogramRequest { rho: 0.01, bins: 4 }),
+            by_group: true,
+            delta: None,
+        }
+    }
+
+    #[test]
+    fn total_cost_is_the_sum_of_the_statistics() {
+        let mut r = request();
+        r.validate().unwrap();
+        assert!((r.rho() - 0.03).abs() < 1e-17);
+        assert_eq!(r.quantiles.unwrap().levels, vec![0.1, 0.5]);
+    }
+
+    #[test]
+    fn groups_are_released_separately_with_the_unlabelled_last() {
+        let mut r = request();
+        r.validate().unwrap();
+        let mut labels = Labels::default();
+        labels
+            .assign(
+                4,
+                &LabelAssignment {
+                    ids: vec![0, 1],
+                    labels: vec![Some("a".into()), Some("b".into())],
+                },
+            )
+            .unwrap();
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(1);
+        let out = compute(&mut rng, &r, &[1.0, 2.0, 3.0, 4.0], 4.0, &labels);
+        let g = out.groups.unwrap();
+        assert!(out.population.is_none());
+        assert_eq!(
+            g.iter().map(|g| g.label.clone()).collect::<Vec<_>>(),
+            vec![Some("a".into()), Some("b".into()), None]
+        );
+        assert!(g.iter().all(|g| g.statistics.mean.is_some()
+            && g.statistics.quantiles.as_ref().unwrap().len() == 2
+            && g.statistics.histogram.as_ref().unwrap().counts.len() == 4));
+    }
+
+    #[test]
+    fn release_rdp_never_below_alpha_rho() {
+        let orders = [1.5, 2.0, 10.0, 1024.0];
+        for (a, r) in orders.iter().zip(rdp_of_rho(&orders, 0.00123)) {
+            assert!(r >= a * 0.00123);
+        }
+    }
+
+    #[test]
+    fn invalid_requests_name_the_field() {
+        let cases: Vec<(&str, serde_json::Value)> = vec![
+            ("release", serde_json::json!({})),
+            ("mean.rho", serde_json::json!({"mean": {"rho": 0}})),
+            (
+                "quantiles.levels",
+                serde_json::json!({"quantiles": {"rho": 1, "levels": [1.0]}}),
+            ),
+            (
+                "quantiles.levels",
+                serde_json::json!({"quantiles": {"rho": 1, "levels": [0.5, 0.5]}}),
+            ),
+            (
+                "quantiles.steps",
+                serde_json::json!({"quantiles": {"rho": 1, "levels": [0.5], "steps": 3}}),
+            ),
+            (
+                "histogram.bins",
+                serde_json::json!({"histogram": {"rho": 1, "bins": 0}}),
+            ),
+            (
+                "delta",
+                serde_json::json!({"mean": {"rho": 1}, "delta": 1.5}),
+            ),
+        ];
+        for (field, body) in cases {
+            let mut r: ReleaseRequest = serde_json::from_value(body).unwrap();
+            assert_eq!(r.validate().unwrap_err().name, field);
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! DP releases over HTTP against the real binary (issue 6): the cost reaches every
+//! owner's epsilon and the worst case by exactly `alpha · rho`, atomically with
+//! the stored release; budgets refuse with 409 and change nothing; viewers poll
+//! at no cost; policies release automatically; everything survives a SIGKILL.
+
+mod common;
+
+use common::*;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+const N: u64 = 200;
+
+fn url(s: &Server, path: &str) -> String {
+    format!("{}/v1/datasets/d{path}", s.url)
+}
+
+/// A dataset with labels (even ids "even", odd ids "odd"), a budget, and steps.
+fn setup(server: &Server, budget: Option<f64>, steps: u64) {
+    let admin = server.admin_token();
+    let labels: Vec<Value> = (0..N)
+        .map(|i| json!(if i % 2 == 0 { "even" } else { "odd" }))
+        .collect();
+    let mut body = json!({"id": "d", "config": poisson_config(N, 0.1, 1.0), "labels": labels});
+    if let Some(b) = budget {
+        body["release_budget"] = json!({"rho": b});
+    }
+    let r = post(&format!("{}/v1/datasets", server.url), Some(&admin), &body);
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    run_steps(server, 0, steps);
+}
+
+fn run_steps(server: &Server, from: u64, to: u64) -> Vec<Value> {
+    let trainer = server.token("trainer", Some("d"), None);
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(from);
+    (from..to)
+        .map(|t| {
+            let ids: Vec<u64> = (0..N).filter(|_| rng.random::<f64>() < 0.1).collect();
+            // Odd ids have small gradients, so their epsilons are far below the worst case.
+            let norms: Vec<f64> = ids
+                .iter()
+                .map(|i| if i % 2 == 1 { 0.05 } else { 2.0 })
+                .collect();
+            let r = post(
+                &url(server, "/steps"),
+                Some(&trainer),
+                &json!({"step": t, "ids": ids, "norms": norms}),
+            );
+            assert_eq!(r.status, 200, "{:?}", r.body);
+            r.body
+        })
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn owner_privacy(server: &Server, owner: &str, id: u64) -> Value {
+    let r = get(
+        &url(server, &format!("/examples/{id}/privacy")),
+        Some(owner),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body
+}
+
+fn summary_request(rho_each: f64) -> Value {
+    json!({
+        "mean": {"rho": rho_each},
+        "quantiles": {"rho": rho_each, "levels": [0.9, 0.1, 0.5]},
+        "histogram": {"rho": rho_each, "bins": 5},
+    })
+}
+
+#[test]
+fn release_cost_reaches_every_owner_and_the_worst_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), None);
+    setup(&server, Some(0.01), 20);
+    let owner = server.token("owner", Some("d"), Some("7"));
+    let curator = server.token("curator", Some("d"), None);
+    let viewer = server.token("viewer", Some("d"), None);
+    let before = owner_privacy(&server, &owner, 7);
+
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &summary_request(0.001),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let release = r.body["release"].clone();
+    assert_eq!(release["id"], 1);
+    assert_eq!(release["step"], 20);
+    assert_eq!(release["trigger"], "request");
+    let rho = release["rho"].as_f64().unwrap();
+    assert!(rel(rho, 0.003) < 1e-15, "{rho}");
+    assert!(rel(r.body["budget"]["rho_spent"].as_f64().unwrap(), 0.003) < 1e-15);
+
+    // The released values are in [0, B], quantiles sorted by level, counts plausible.
+    let bound = release["bound"].as_f64().unwrap();
+    assert!(rel(bound, before["worst_case"]["epsilon"].as_f64().unwrap()) < 1e-12);
+    let pop = &release["values"]["population"];
+    let mean = pop["mean"]["mean"].as_f64().unwrap();
+    assert!((0.0..=bound).contains(&mean));
+    let levels: Vec<f64> = pop["quantiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["level"].as_f64().unwrap())
+        .collect();
+    assert_eq!(levels, vec![0.1, 0.5, 0.9]);
+    let values: Vec<f64> = pop["quantiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["value"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|w| w[0] <= w[1]) && values.iter().all(|v| (0.0..=bound).contains(v))
+    );
+    assert_eq!(pop["histogram"]["counts"].as_array().unwrap().len(), 5);
+
+    // Spec §6: every example's RDP and the worst case rise by alpha·rho at every order.
+    let after = owner_privacy(&server, &owner, 7);
+    let (rdp0, rdp1) = (
+        floats(&before["example"]["rdp"]),
+        floats(&after["example"]["rdp"]),
+    );
+    let (w0, w1) = (
+        floats(&before["worst_case"]["rdp"]),
+        floats(&after["worst_case"]["rdp"]),
+    );
+    let config_orders = dpledger::accounting::orders::ledger_orders();
+    assert_eq!(rdp0.len(), config_orders.len());
+    for j in 0..rdp0.len() {
+        let charge = config_orders[j] * rho;
+        assert!(
+            rdp1[j] - rdp0[j] >= charge * (1.0 - 1e-9),
+            "order {}: {} -> {}",
+            config_orders[j],
+            rdp0[j],
+            rdp1[j]
+        );
+        assert!(
+            rel(rdp1[j] - rdp0[j], charge) < 1e-9,
+            "order {}",
+            config_orders[j]
+        );
+        assert!(
+            rel(w1[j] - w0[j], charge) < 1e-9,
+            "worst case, order {}",
+            config_orders[j]
+        );
+    }
+    assert!(
+        after["example"]["epsilon"].as_f64().unwrap()
+            > before["example"]["epsilon"].as_f64().unwrap()
+    );
+
+    // Viewers poll the latest release at no new cost.
+    for _ in 0..3 {
+        let latest = get(&url(&server, "/releases/latest"), Some(&viewer));
+        assert_eq!(latest.status, 200);
+        assert_eq!(latest.body, release);
+    }
+    assert_eq!(
+        owner_privacy(&server, &owner, 7)["example"],
+        after["example"]
+    );
+
+    // Over budget: 409 with the spend and the request, and nothing changes.
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &summary_request(0.003),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert_eq!(r.content_type, "application/problem+json");
+    assert!(rel(r.body["budget"]["rho_spent"].as_f64().unwrap(), 0.003) < 1e-15);
+    assert!(rel(r.body["budget"]["rho_requested"].as_f64().unwrap(), 0.009) < 1e-15);
+    assert_eq!(r.body["budget"]["rho_budget"], 0.01);
+    assert_eq!(
+        owner_privacy(&server, &owner, 7)["example"],
+        after["example"]
+    );
+
+    // Per-group release: one entry per label, the unlabelled (none here) last.
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 0.004}, "by_group": true}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let groups = r.body["release"]["values"]["groups"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let labels: Vec<Value> = groups.iter().map(|g| g["label"].clone()).collect();
+    assert_eq!(labels, vec![json!("even"), json!("odd"), Value::Null]);
+    // Odd examples (norm 0.05) leak far less than even ones (norm 2.0 > C).
+    let mean_of = |g: &Value| g["mean"]["mean"].as_f64().unwrap();
+    assert!(mean_of(&groups[1]) < mean_of(&groups[0]), "{groups:?}");
+
+    // Prometheus gauges carry the latest release.
+    let metrics = agent_text(&format!("{}/metrics", server.url));
+    assert!(
+        metrics.contains("dpledger_release_mean{dataset=\"d\",group=\"even\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("dpledger_release_rho_spent{dataset=\"d\"} 0.007"),
+        "{metrics}"
+    );
+
+    // A SIGKILL later, the releases, their charges and the budget are all back.
+    let list_before = get(&url(&server, "/releases"), Some(&viewer)).body;
+    let privacy_before = owner_privacy(&server, &owner, 7);
+    server.restart();
+    let owner = server.token("owner", Some("d"), Some("7"));
+    let viewer = server.token("viewer", Some("d"), None);
+    assert_eq!(
+        get(&url(&server, "/releases"), Some(&viewer)).body,
+        list_before
+    );
+    assert_eq!(owner_privacy(&server, &owner, 7), privacy_before);
+    assert!(agent_text(&format!("{}/metrics", server.url))
+        .contains("dpledger_release_mean{dataset=\"d\",group=\"odd\"}"));
+}
+
+fn agent_text(url: &str) -> String {
+    ureq::get(url).call().unwrap().into_string().unwrap()
+}
+
+#[test]
+fn refusals_say_why_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    setup(&server, None, 0);
+    let curator = server.token("curator", Some("d"), None);
+    let owner = server.token("owner", Some("d"), Some("3"));
+    // No budget yet.
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 0.1}}),
+    );
+    assert_eq!(r.status, 409);
+    assert!(
+        r.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("release-budget"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r.body["budget"]["rho_budget"], Value::Null);
+    // Budgets: by epsilon and delta, converted; never below the spend.
+    let r = put(
+        &url(&server, "/release-budget"),
+        Some(&curator),
+        &json!({"epsilon": 1.0, "delta": 1e-6}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let rho = r.body["rho_budget"].as_f64().unwrap();
+    assert!(rho > 0.02 && rho < 0.05, "{rho}");
+    let r = put(
+        &url(&server, "/release-budget"),
+        Some(&curator),
+        &json!({"rho": 0.1, "epsilon": 1.0}),
+    );
+    assert_eq!((r.status, r.body["field"].as_str()), (400, Some("budget")));
+    // Nothing to release before the first step.
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 0.001}}),
+    );
+    assert_eq!(r.status, 409);
+    assert!(
+        r.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to release"),
+        "{:?}",
+        r.body
+    );
+    run_steps(&server, 0, 5);
+    // Invalid requests name the field.
+    for (body, field) in [
+        (json!({}), "release"),
+        (
+            json!({"quantiles": {"rho": 0.001, "levels": [0.5, 1.5]}}),
+            "quantiles.levels",
+        ),
+        (
+            json!({"histogram": {"rho": 0.001, "bins": 100000}}),
+            "histogram.bins",
+        ),
+        (json!({"mean": {"rho": -1}}), "mean.rho"),
+    ] {
+        let r = post(&url(&server, "/releases"), Some(&curator), &body);
+        assert_eq!(
+            (r.status, r.body["field"].as_str()),
+            (400, Some(field)),
+            "{body}"
+        );
+    }
+    let before = owner_privacy(&server, &owner, 3);
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 0.015}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = put(
+        &url(&server, "/release-budget"),
+        Some(&curator),
+        &json!({"rho": 0.01}),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    // Labels: unknown ids are refused.
+    let r = put(
+        &url(&server, "/labels"),
+        Some(&curator),
+        &json!({"ids": [N], "labels": ["x"]}),
+    );
+    assert_eq!((r.status, r.body["field"].as_str()), (400, Some("ids")));
+    let r = put(
+        &url(&server, "/labels"),
+        Some(&curator),
+        &json!({"ids": [0, 1], "labels": ["new", null]}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["groups"], json!(["even", "odd", "new"]));
+    assert!(
+        owner_privacy(&server, &owner, 3)["example"]["epsilon"].as_f64()
+            > before["example"]["epsilon"].as_f64()
+    );
+}
+
+#[test]
+fn a_policy_releases_every_n_steps_until_the_budget_is_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    setup(&server, Some(0.0025), 0);
+    let curator = server.token("curator", Some("d"), None);
+    let viewer = server.token("viewer", Some("d"), None);
+    let r = put(
+        &url(&server, "/release-policy"),
+        Some(&curator),
+        &json!({"policy": {"every_steps": 4, "request": {"mean": {"rho": 0.001}}}}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    // Steps 0..12: releases after steps 4 and 8; the third (after 12) is over budget
+    // but the step itself is still accepted.
+    run_steps(&server, 0, 12);
+    let list = get(&url(&server, "/releases"), Some(&viewer)).body;
+    let releases = list["releases"].as_array().unwrap();
+    assert_eq!(releases.len(), 2, "{list:?}");
+    assert_eq!(releases[0]["step"], 8);
+    assert_eq!(releases[1]["step"], 4);
+    assert!(releases.iter().all(|r| r["trigger"] == "policy"));
+    assert!(
+        list["policy_error"].as_str().unwrap().contains("budget"),
+        "{list:?}"
+    );
+    assert!(rel(list["budget"]["rho_spent"].as_f64().unwrap(), 0.002) < 1e-15);
+    // Removing the policy stops it.
+    let r = put(
+        &url(&server, "/release-policy"),
+        Some(&curator),
+        &json!({"policy": null}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        get(&url(&server, "/release-policy"), Some(&viewer)).body["policy"],
+        Value::Null
+    );
+}
