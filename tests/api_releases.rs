@@ -382,3 +382,44 @@ fn a_policy_releases_every_n_steps_until_the_budget_is_spent() {
         Value::Null
     );
 }
+
+#[test]
+fn a_release_never_retires_examples_behind_the_trainers_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let admin = server.admin_token();
+    let mut config = poisson_config(N, 0.1, 1.0);
+    config["individual_budget"] = json!({"epsilon": 3.0, "delta": 1e-5});
+    let r = post(
+        &format!("{}/v1/datasets", server.url),
+        Some(&admin),
+        &json!({"id": "d", "config": config, "release_budget": {"rho": 10.0}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    run_steps(&server, 0, 5);
+    let curator = server.token("curator", Some("d"), None);
+    let owner = server.token("owner", Some("d"), Some("0"));
+    let before = owner_privacy(&server, &owner, 0);
+    // rho = 1 costs alpha at every order: far past an epsilon-3 budget.
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 1.0}}),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert!(
+        r.body["detail"].as_str().unwrap().contains("retire"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(owner_privacy(&server, &owner, 0), before);
+    let retired_before = get(&url(&server, ""), Some(&curator)).body["status"]["retired"].clone();
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 1e-6}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let status = get(&url(&server, ""), Some(&curator)).body;
+    assert_eq!(status["status"]["retired"], retired_before, "{status:?}");
+}

@@ -53,8 +53,6 @@ pub struct ReleaseOutcome {
     pub release: Release,
     /// The budget after it.
     pub budget: BudgetStatus,
-    /// Examples the individual filter retired because of the release's cost.
-    pub retired: Vec<u64>,
 }
 
 /// A refused release: what was spent and what was asked (a problem extension).
@@ -88,12 +86,12 @@ fn record(dataset: &str, kind: RecordKind, payload: &impl Serialize) -> Result<R
 }
 
 /// Charge a release to the ledger and add it to the book: the one way a release
-/// takes effect, live and during recovery.
+/// takes effect, live and during recovery. Checked beforehand to retire no one.
 pub(super) fn apply_release(
     ledger: &mut Ledger,
     book: &mut ReleaseBook,
     release: Release,
-) -> Result<Vec<u64>, String> {
+) -> Result<(), String> {
     if release.id != book.budget.releases + 1 {
         return Err(format!(
             "release {} recorded after release {}",
@@ -104,10 +102,19 @@ pub(super) fn apply_release(
     let retired = ledger
         .charge_release(&rdp)
         .map_err(|e| format!("release {} does not apply: {e}", release.id))?;
+    if !retired.is_empty() {
+        // The pre-check has a safety margin, so this does not happen; the log is
+        // the truth either way, and replaying it retires the same examples.
+        tracing::error!(
+            release = release.id,
+            retired = retired.len(),
+            "a release retired examples"
+        );
+    }
     book.budget.rho_spent += release.rho;
     book.budget.releases += 1;
     book.history.push(Arc::new(release));
-    Ok(retired)
+    Ok(())
 }
 
 /// Apply a stored `BudgetChange`, `Labels` or `ReleasePolicy` record.
@@ -250,6 +257,17 @@ impl AppState {
             .with_field("by_group"));
         }
         ledger.check_release()?;
+        // A trainer learns of retirements only from step answers (a retried step's
+        // answer included): one caused by a release would be clipped at its old
+        // threshold yet charged nothing. So a release never retires anyone.
+        let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho));
+        if would_retire > 0 {
+            return Err(Problem::conflict(format!(
+                "this release would push {would_retire} examples so close to their individual \
+                 budget that the filter would retire them; releases never retire examples \
+                 (trainers learn of retirements only from step answers): spend less rho"
+            )));
+        }
         let delta = request.delta.unwrap_or(ledger.config().delta);
         let conversion = Conversion::default();
         let bound = ledger.worst_case(delta, conversion)?.epsilon;
@@ -286,7 +304,7 @@ impl AppState {
             return Err(store_problem(e));
         }
         let mut book = book_write(ds);
-        let retired = apply_release(ledger, &mut book, release.clone()).map_err(|e| {
+        apply_release(ledger, &mut book, release.clone()).map_err(|e| {
             tracing::error!(dataset = ds.id, error = %e, "release persisted but not applied");
             ds.stale.store(true, Ordering::Release);
             Problem::internal(
@@ -299,33 +317,29 @@ impl AppState {
         Ok(ReleaseOutcome {
             release,
             budget: book.budget,
-            retired,
         })
     }
 
     /// After an applied step: the policy's release, if one is due. A refusal
     /// (budget spent, say) never fails the step; it is kept for the status.
-    pub(super) async fn policy_release(&self, ds: &Dataset, ledger: &mut Ledger) -> Vec<u64> {
+    pub(super) async fn policy_release(&self, ds: &Dataset, ledger: &mut Ledger) {
         let policy = book_read(ds).policy.clone();
         let Some(policy) = policy else {
-            return Vec::new();
+            return;
         };
         if ledger.next_step() % policy.every_steps != 0 {
-            return Vec::new();
+            return;
         }
-        match self
+        let result = self
             .release_locked(ds, ledger, policy.request, ReleaseTrigger::Policy)
-            .await
-        {
-            Ok(outcome) => {
-                book_write(ds).policy_error = None;
-                outcome.retired
-            }
+            .await;
+        let mut book = book_write(ds);
+        match result {
+            Ok(_) => book.policy_error = None,
             Err(p) => {
                 tracing::warn!(dataset = ds.id, detail = p.detail, "policy release refused");
                 metrics::counter!("dpledger_policy_releases_refused_total").increment(1);
-                book_write(ds).policy_error = Some(p.detail);
-                Vec::new()
+                book.policy_error = Some(p.detail);
             }
         }
     }

@@ -110,9 +110,12 @@ impl std::fmt::Debug for AppState {
     }
 }
 
-/// Whether `id` is an acceptable dataset id: 1–64 of `[A-Za-z0-9._-]`.
+/// Whether `id` is an acceptable dataset id: 1–64 of `[A-Za-z0-9._-]`, and not
+/// `.` or `..` (URL path navigation: such a dataset could not be addressed).
 pub fn valid_dataset_id(id: &str) -> bool {
     (1..=64).contains(&id.len())
+        && id != "."
+        && id != ".."
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
@@ -308,10 +311,10 @@ impl AppState {
         setup: DatasetSetup,
     ) -> Result<Arc<Dataset>, Problem> {
         if !valid_dataset_id(id) {
-            return Err(
-                Problem::bad_request("id must be 1-64 characters of A-Z a-z 0-9 . _ -")
-                    .with_field("id"),
-            );
+            return Err(Problem::bad_request(
+                "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)",
+            )
+            .with_field("id"));
         }
         let ledger = Ledger::new(config.clone())?;
         let settings = setup.records(id, &ledger)?;
@@ -414,14 +417,8 @@ impl AppState {
             ds.stale.store(true, Ordering::Release);
             Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "step recorded but not applied: the dataset will be reloaded from the log; retry")
         })?;
-        let mut outcome = outcome;
         if outcome.complete {
-            let retired = self.policy_release(&ds, &mut ledger).await;
-            if !retired.is_empty() {
-                outcome.retired.extend(retired);
-                outcome.retired.sort_unstable();
-                outcome.retired.dedup();
-            }
+            self.policy_release(&ds, &mut ledger).await;
         }
         metrics::counter!("dpledger_steps_total").increment(1);
         metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);

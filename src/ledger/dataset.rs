@@ -976,6 +976,15 @@ impl Ledger {
             self.bucket[i] = kg;
         }
         let retired = self.filter_after_refresh(ids);
+        let mut thresholds = thresholds;
+        if !retired.is_empty() {
+            // Like a step's answer: an id this refresh retired has threshold 0.
+            for (t, &id) in thresholds.iter_mut().zip(ids) {
+                if self.flags[id as usize] & RETIRED != 0 {
+                    *t = 0.0;
+                }
+            }
+        }
         Ok(RefreshOutcome {
             effective_step: now,
             thresholds,
@@ -1007,6 +1016,27 @@ impl Ledger {
     }
 
     // ------------------------------------------------------------------ releases
+
+    /// How many examples the individual filter would retire if a release of
+    /// `rdp` were charged now (0 without a filter), without changing anything:
+    /// `O(n)`. The server refuses releases whose retirements could not reach the
+    /// trainer before its next step.
+    pub fn release_would_retire(&self, rdp: &[f64]) -> u64 {
+        let Some(filter) = &self.filter else {
+            return 0;
+        };
+        let j = filter.index;
+        let extra = rdp.get(j).copied().unwrap_or(f64::INFINITY);
+        (0..self.n)
+            .filter(|&i| {
+                self.flags[i] & RETIRED == 0
+                    && self.value_at(i, self.next_step, j)
+                        + extra
+                        + filter.bound[self.bucket[i] as usize]
+                        > filter.limit * (1.0 - 1e-9)
+            })
+            .count() as u64
+    }
 
     /// Whether a release could be charged now (no multi-part step is incomplete),
     /// without changing anything: the server checks before it persists.

