@@ -1,1 +1,47 @@
-//! Typed async client for dpledger (skeleton; see issue 7).
+//! Typed async client for dpledger, the per-example Rényi-DP privacy accountant.
+//!
+//! * [`Client`]: one method per endpoint (datasets, step reports in JSON or the
+//!   compact binary encoding, thresholds, refresh, per-example privacy, the worst
+//!   case, the stateless accountant, operations), bearer tokens, and retries where
+//!   resending is safe ([`retry`]). Every refusal is an [`Error::Api`] carrying the
+//!   server's problem document.
+//! * [`ThresholdMirror`] and [`TrainingSession`]: what a DP-SGD trainer needs to
+//!   clip each example at the threshold the ledger holds for it (spec §3), kept
+//!   current from the answers of its own reports.
+//! * [`trace::TraceWriter`]: a replayable copy of the reports, for an offline
+//!   `dpledger replay`.
+//!
+//! ```no_run
+//! # async fn run() -> dpledger_client::Result<()> {
+//! use dpledger_client::{Client, TrainingSession};
+//! let client = Client::new("http://127.0.0.1:8080", "TRAINER-TOKEN")?;
+//! let mut session = TrainingSession::open(client, "mnist-run-1").await?;
+//! let ids = vec![7, 42];
+//! let clip_at: Vec<f64> = ids.iter().map(|&i| session.mirror().threshold(i)).collect();
+//! // ... clip example ids[j] at clip_at[j], add noise, step the optimizer ...
+//! let outcome = session.report(ids, vec![0.31, 2.5]).await?; // unclipped norms
+//! assert_eq!(outcome.step, 0);
+//! # Ok(()) }
+//! ```
+
+pub mod accountant;
+mod client;
+pub mod codec;
+mod error;
+pub mod local;
+mod mirror;
+pub mod retry;
+mod session;
+pub mod trace;
+mod types;
+
+pub use client::{Client, ClientBuilder, Encoding};
+pub use error::{Error, Problem, Result};
+pub use mirror::ThresholdMirror;
+pub use retry::RetryPolicy;
+pub use session::TrainingSession;
+pub use types::{
+    Clipping, Conversion, DatasetConfig, DatasetView, ExamplePrivacy, FilterStatus, Health,
+    IndividualBudget, LedgerStatus, Part, PendingStatus, PrivacyQuery, PrivacyView, RefreshOutcome,
+    Sampling, StepOutcome, StepReport, Thresholds, WorstCase,
+};

@@ -1,0 +1,681 @@
+//! The typed client: one async method per endpoint, bearer authentication, and
+//! retries where they are safe (see [`crate::retry`]).
+
+use crate::accountant::{
+    CompareRequest, CompareResponse, EpsilonRequest, EpsilonResponse, NoiseRequest, NoiseResponse,
+    RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
+};
+use crate::codec;
+use crate::error::{Error, Problem, Result};
+use crate::retry::{retry_status, retry_transport, Idempotency, RetryPolicy};
+use crate::types::{
+    CreateDataset, DatasetConfig, DatasetList, DatasetView, Health, PrivacyQuery, PrivacyView,
+    RefreshOutcome, RefreshRequest, StepOutcome, StepReport, Thresholds, WorstCase,
+};
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use url::Url;
+
+/// How a step report travels. Both are the same report to the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// The compact binary encoding ([`crate::codec`]): about 2.5x smaller than
+    /// JSON and norms travel bit for bit. The default.
+    #[default]
+    Binary,
+    /// JSON, as in the OpenAPI document.
+    Json,
+}
+
+/// A request body, kept as bytes so that a retry resends exactly the same report.
+enum Body {
+    None,
+    Json(Vec<u8>),
+    Binary(Vec<u8>),
+}
+
+/// A successful answer: status and body.
+struct Answer {
+    status: u16,
+    bytes: Vec<u8>,
+}
+
+/// A dpledger client. Cheap to clone (the connection pool is shared); use
+/// [`Client::with_token`] for a copy acting under another token.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    token: Option<Arc<str>>,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the token.
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// Builds a [`Client`] with a token, retry policy and timeouts.
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    base: String,
+    token: Option<String>,
+    retry: RetryPolicy,
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// The bearer token (a JWT minted by `dpledger token` or your identity provider).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The retry policy (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Timeout of one attempt, from sending to the end of the body (default 60 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Timeout of establishing a connection (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Build the client. Fails on a malformed base URL.
+    pub fn build(self) -> Result<Client> {
+        let mut base = Url::parse(&self.base)
+            .map_err(|e| Error::InvalidRequest(format!("base URL {:?}: {e}", self.base)))?;
+        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
+            return Err(Error::InvalidRequest(format!(
+                "base URL {:?} must be an http(s) URL",
+                self.base
+            )));
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        if let Some(token) = &self.token {
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                Error::InvalidRequest(
+                    "the token contains characters not allowed in a header".into(),
+                )
+            })?;
+        }
+        let http = reqwest::Client::builder()
+            .timeout(self.timeout)
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(|e| Error::InvalidRequest(format!("HTTP client: {e}")))?;
+        Ok(Client {
+            http,
+            base,
+            token: self.token.map(Arc::from),
+            retry: self.retry,
+        })
+    }
+}
+
+/// Dataset ids are 1-64 of `A-Z a-z 0-9 . _ -`; `.` and `..` cannot be addressed in
+/// a URL (they are path navigation), so they are refused here.
+fn check_dataset_id(id: &str) -> Result<()> {
+    let ok = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && id != "."
+        && id != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "dataset id {id:?} must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)"
+        )))
+    }
+}
+
+impl Client {
+    /// A builder for a server at `base_url` (e.g. `http://127.0.0.1:8080`).
+    pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            base: base_url.into(),
+            token: None,
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// A client for `base_url` acting under `token`, with the default retries.
+    pub fn new(base_url: &str, token: &str) -> Result<Client> {
+        Self::builder(base_url).token(token).build()
+    }
+
+    /// The same client (sharing connections) acting under another token.
+    pub fn with_token(&self, token: &str) -> Result<Client> {
+        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            Error::InvalidRequest("the token contains characters not allowed in a header".into())
+        })?;
+        Ok(Client {
+            token: Some(Arc::from(token)),
+            ..self.clone()
+        })
+    }
+
+    /// The same client with another retry policy.
+    pub fn with_retry(&self, retry: RetryPolicy) -> Client {
+        Client {
+            retry,
+            ..self.clone()
+        }
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Url> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|_| Error::InvalidRequest("base URL cannot have a path".into()))?
+            .pop_if_empty()
+            .extend(segments);
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query {
+                pairs.append_pair(k, v);
+            }
+        }
+        Ok(url)
+    }
+
+    /// Send with retries; the body of a 2xx answer, or the error of the last attempt.
+    async fn execute(
+        &self,
+        method: Method,
+        url: Url,
+        body: Body,
+        idempotency: Idempotency,
+    ) -> Result<Answer> {
+        let max_attempts = self.retry.max_attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = attempt >= max_attempts;
+            let mut req = self.http.request(method.clone(), url.clone());
+            if let Some(token) = &self.token {
+                req = req.bearer_auth(token);
+            }
+            req = match &body {
+                Body::None => req,
+                Body::Json(b) => req.header(CONTENT_TYPE, "application/json").body(b.clone()),
+                Body::Binary(b) => req
+                    .header(CONTENT_TYPE, codec::CONTENT_TYPE)
+                    .body(b.clone()),
+            };
+            let outcome = match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let content_type = resp
+                        .headers()
+                        .get(CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    match resp.bytes().await {
+                        Ok(bytes) => Ok((status, content_type, bytes.to_vec())),
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Err(e) => {
+                    if !last && retry_transport(&e, idempotency) {
+                        tokio::time::sleep(self.retry.backoff(attempt)).await;
+                        continue;
+                    }
+                    return Err(Error::Transport {
+                        source: e,
+                        attempts: attempt,
+                    });
+                }
+                Ok((status, _, bytes)) if (200..300).contains(&status) => {
+                    return Ok(Answer { status, bytes });
+                }
+                Ok((status, content_type, bytes)) => {
+                    if !last && retry_status(status, idempotency) {
+                        tokio::time::sleep(self.retry.backoff(attempt)).await;
+                        continue;
+                    }
+                    return Err(Error::Api {
+                        problem: problem_from(status, &content_type, &bytes),
+                        attempts: attempt,
+                    });
+                }
+            }
+        }
+    }
+
+    async fn json_call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Body,
+        idempotency: Idempotency,
+    ) -> Result<T> {
+        let url = self.url(segments, query)?;
+        let endpoint = format!("{method} {}", url.path());
+        let answer = self.execute(method, url, body, idempotency).await?;
+        serde_json::from_slice(&answer.bytes).map_err(|e| Error::Decode {
+            endpoint,
+            status: answer.status,
+            message: e.to_string(),
+        })
+    }
+
+    fn json_body(value: &impl Serialize) -> Result<Body> {
+        serde_json::to_vec(value)
+            .map(Body::Json)
+            .map_err(|e| Error::InvalidRequest(format!("cannot encode the body as JSON: {e}")))
+    }
+
+    // ------------------------------------------------------------- datasets
+
+    /// `POST /v1/datasets` (admin): create a ledger. Retried only when the
+    /// connection could not be made; a 409 means the id is taken.
+    pub async fn create_dataset(&self, id: &str, config: &DatasetConfig) -> Result<DatasetView> {
+        check_dataset_id(id)?;
+        let body = Self::json_body(&CreateDataset { id, config })?;
+        self.json_call(
+            Method::POST,
+            &["v1", "datasets"],
+            &[],
+            body,
+            Idempotency::NotIdempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/datasets`: the ids this token can see, sorted.
+    pub async fn list_datasets(&self) -> Result<Vec<String>> {
+        let list: DatasetList = self
+            .json_call(
+                Method::GET,
+                &["v1", "datasets"],
+                &[],
+                Body::None,
+                Idempotency::Idempotent,
+            )
+            .await?;
+        Ok(list.datasets)
+    }
+
+    /// `GET /v1/datasets/{d}` (admin, curator, trainer): configuration, status and
+    /// the worst case.
+    pub async fn dataset(&self, id: &str) -> Result<DatasetView> {
+        check_dataset_id(id)?;
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", id],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `POST /v1/datasets/{d}/archive` (admin, curator): read-only from then on.
+    /// Archiving an archived dataset is a no-op, so this is retried.
+    pub async fn archive_dataset(&self, id: &str) -> Result<DatasetView> {
+        check_dataset_id(id)?;
+        self.json_call(
+            Method::POST,
+            &["v1", "datasets", id, "archive"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    // ------------------------------------------------------------- training
+
+    /// `POST /v1/datasets/{d}/steps` in the binary encoding: report one step.
+    /// See [`Client::report_step_with`].
+    pub async fn report_step(&self, dataset: &str, report: &StepReport) -> Result<StepOutcome> {
+        self.report_step_with(dataset, report, Encoding::Binary)
+            .await
+    }
+
+    /// Report one step (or part) in the given encoding. Retried on transport
+    /// errors and transient statuses: the ledger applies each step number once, and
+    /// answers a retry of an applied step with its original answer and
+    /// `duplicate: true`, which this returns as success. A report that still fails
+    /// after the retries is an error; it is never dropped silently.
+    pub async fn report_step_with(
+        &self,
+        dataset: &str,
+        report: &StepReport,
+        encoding: Encoding,
+    ) -> Result<StepOutcome> {
+        check_dataset_id(dataset)?;
+        if report.ids.len() != report.norms.len() {
+            return Err(Error::InvalidRequest(format!(
+                "step {}: {} ids but {} norms",
+                report.step,
+                report.ids.len(),
+                report.norms.len()
+            )));
+        }
+        let body = match encoding {
+            Encoding::Binary => Body::Binary(codec::encode_step(report)),
+            Encoding::Json => Self::json_body(report)?,
+        };
+        let outcome: StepOutcome = self
+            .json_call(
+                Method::POST,
+                &["v1", "datasets", dataset, "steps"],
+                &[],
+                body,
+                Idempotency::Idempotent,
+            )
+            .await?;
+        if outcome.step != report.step || outcome.thresholds.len() != report.ids.len() {
+            return Err(Error::Decode {
+                endpoint: format!("POST /v1/datasets/{dataset}/steps"),
+                status: 200,
+                message: format!(
+                    "answer for step {} with {} thresholds to a report of step {} with {} ids",
+                    outcome.step,
+                    outcome.thresholds.len(),
+                    report.step,
+                    report.ids.len()
+                ),
+            });
+        }
+        Ok(outcome)
+    }
+
+    /// `GET /v1/datasets/{d}/thresholds?start=&end=`: current thresholds of ids
+    /// `start..end` (at most 1,048,576 per call), e.g. to resume after a crash.
+    pub async fn thresholds(
+        &self,
+        dataset: &str,
+        start: Option<u64>,
+        end: Option<u64>,
+    ) -> Result<Thresholds> {
+        check_dataset_id(dataset)?;
+        let mut query = Vec::new();
+        if let Some(s) = start {
+            query.push(("start", s.to_string()));
+        }
+        if let Some(e) = end {
+            query.push(("end", e.to_string()));
+        }
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "thresholds"],
+            &query,
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `POST /v1/datasets/{d}/refresh`: full-batch norms set new thresholds from
+    /// the next step on, charging nothing. Retried: a refresh sets each threshold to
+    /// a function of its norm, so applying it twice equals applying it once.
+    pub async fn refresh(
+        &self,
+        dataset: &str,
+        ids: &[u64],
+        norms: &[f64],
+    ) -> Result<RefreshOutcome> {
+        check_dataset_id(dataset)?;
+        if ids.len() != norms.len() {
+            return Err(Error::InvalidRequest(format!(
+                "refresh: {} ids but {} norms",
+                ids.len(),
+                norms.len()
+            )));
+        }
+        let body = Self::json_body(&RefreshRequest { ids, norms })?;
+        self.json_call(
+            Method::POST,
+            &["v1", "datasets", dataset, "refresh"],
+            &[],
+            body,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    // ------------------------------------------------------------- privacy
+
+    /// `GET /v1/datasets/{d}/examples/{i}/privacy` (admin, curator, owner of `i`):
+    /// the example's epsilon next to the worst case.
+    pub async fn example_privacy(
+        &self,
+        dataset: &str,
+        example: u64,
+        query: PrivacyQuery,
+    ) -> Result<PrivacyView> {
+        check_dataset_id(dataset)?;
+        let id = example.to_string();
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "examples", &id, "privacy"],
+            &query.pairs(),
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/datasets/{d}/worst-case` (every role of `d`): the public,
+    /// data-independent accountant.
+    pub async fn worst_case(&self, dataset: &str, query: PrivacyQuery) -> Result<WorstCase> {
+        check_dataset_id(dataset)?;
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "worst-case"],
+            &query.pairs(),
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    // ------------------------------------------------------------- accountant
+
+    async fn accountant<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        name: &str,
+        request: &Req,
+    ) -> Result<Resp> {
+        let body = Self::json_body(request)?;
+        self.json_call(
+            Method::POST,
+            &["v1", "accountant", name],
+            &[],
+            body,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `POST /v1/accountant/rdp`: RDP of one sampled Gaussian step.
+    pub async fn accountant_rdp(&self, request: &RdpRequest) -> Result<RdpResponse> {
+        self.accountant("rdp", request).await
+    }
+
+    /// `POST /v1/accountant/epsilon`: worst-case epsilon of identical steps.
+    pub async fn accountant_epsilon(&self, request: &EpsilonRequest) -> Result<EpsilonResponse> {
+        self.accountant("epsilon", request).await
+    }
+
+    /// `POST /v1/accountant/noise`: the noise multiplier for a target epsilon.
+    pub async fn accountant_noise(&self, request: &NoiseRequest) -> Result<NoiseResponse> {
+        self.accountant("noise", request).await
+    }
+
+    /// `POST /v1/accountant/compare`: the same run under several accountants.
+    pub async fn accountant_compare(&self, request: &CompareRequest) -> Result<CompareResponse> {
+        self.accountant("compare", request).await
+    }
+
+    /// `POST /v1/accountant/schedule`: a noise schedule planned against a budget.
+    pub async fn accountant_schedule(&self, request: &ScheduleRequest) -> Result<ScheduleResponse> {
+        self.accountant("schedule", request).await
+    }
+
+    // ------------------------------------------------------------- operations
+
+    /// `GET /healthz`.
+    pub async fn health(&self) -> Result<Health> {
+        self.json_call(
+            Method::GET,
+            &["healthz"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /readyz`: ready once the log has been recovered.
+    pub async fn ready(&self) -> Result<Health> {
+        self.json_call(
+            Method::GET,
+            &["readyz"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /metrics`: the Prometheus text exposition.
+    pub async fn metrics(&self) -> Result<String> {
+        let url = self.url(&["metrics"], &[])?;
+        let answer = self
+            .execute(Method::GET, url, Body::None, Idempotency::Idempotent)
+            .await?;
+        String::from_utf8(answer.bytes).map_err(|e| Error::Decode {
+            endpoint: "GET /metrics".into(),
+            status: answer.status,
+            message: e.to_string(),
+        })
+    }
+
+    /// `GET /openapi.json`: the service's OpenAPI document.
+    pub async fn openapi(&self) -> Result<serde_json::Value> {
+        self.json_call(
+            Method::GET,
+            &["openapi.json"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+}
+
+/// The problem document of an error answer; a body that is not one (a proxy's
+/// HTML page, say) becomes a problem carrying its text.
+fn problem_from(status: u16, content_type: &str, bytes: &[u8]) -> Problem {
+    if content_type.contains("json") {
+        if let Ok(p) = serde_json::from_slice::<Problem>(bytes) {
+            return p;
+        }
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let detail: String = text.chars().take(500).collect();
+    Problem {
+        kind: "about:blank".into(),
+        title: reqwest::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("Error")
+            .to_string(),
+        status,
+        detail: if detail.is_empty() {
+            "(empty body)".into()
+        } else {
+            detail
+        },
+        field: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_a_base_path_and_encode_queries() {
+        let c = Client::builder("http://h:1/prefix").build().unwrap();
+        let u = c
+            .url(
+                &["v1", "datasets", "a.b-c_d", "worst-case"],
+                &PrivacyQuery::at_delta(1e-5).pairs(),
+            )
+            .unwrap();
+        assert_eq!(
+            u.as_str(),
+            "http://h:1/prefix/v1/datasets/a.b-c_d/worst-case?delta=1e-5"
+        );
+    }
+
+    #[test]
+    fn unaddressable_ids_are_refused() {
+        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_dataset_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_dataset_id("run-1.v2_x").is_ok());
+    }
+
+    #[test]
+    fn non_json_errors_become_problems() {
+        let p = problem_from(502, "text/html", b"<h1>bad gateway</h1>");
+        assert_eq!(p.status, 502);
+        assert_eq!(p.title, "Bad Gateway");
+        assert!(p.detail.contains("bad gateway"));
+        let p = problem_from(
+            409,
+            "application/problem+json",
+            br#"{"type":"urn:dpledger:problem:conflict","title":"Conflict","status":409,"detail":"nope"}"#,
+        );
+        assert_eq!(p.detail, "nope");
+        assert_eq!(p.field, None);
+    }
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let c = Client::new("http://h:1", "secret-token-value").unwrap();
+        assert!(!format!("{c:?}").contains("secret-token-value"));
+    }
+}

@@ -1,0 +1,169 @@
+//! A trainer's view of one dataset: the client, the threshold mirror and the step
+//! counter together, so that every report carries the right step number and every
+//! answer reaches the mirror before the next step is clipped.
+
+use crate::client::{Client, Encoding};
+use crate::error::{Error, Result};
+use crate::mirror::ThresholdMirror;
+use crate::trace::TraceWriter;
+use crate::types::{DatasetConfig, RefreshOutcome, StepOutcome, StepReport};
+use std::path::Path;
+
+/// The server's limit on thresholds per request.
+const THRESHOLD_PAGE: u64 = 1 << 20;
+
+/// One training run's connection to its ledger.
+#[derive(Debug)]
+pub struct TrainingSession {
+    client: Client,
+    dataset: String,
+    config: DatasetConfig,
+    mirror: ThresholdMirror,
+    encoding: Encoding,
+    trace: Option<TraceWriter>,
+}
+
+impl TrainingSession {
+    /// Open a session on an existing dataset (a trainer, curator or admin token):
+    /// reads its configuration and current thresholds, so this also resumes a run
+    /// after a crash. Refuses an archived dataset and one with a half-received
+    /// multi-part step.
+    pub async fn open(client: Client, dataset: &str) -> Result<Self> {
+        let view = client.dataset(dataset).await?;
+        if view.archived {
+            return Err(Error::InvalidRequest(format!(
+                "dataset {dataset:?} is archived"
+            )));
+        }
+        if let Some(p) = &view.status.pending {
+            return Err(Error::InvalidRequest(format!(
+                "step {} of dataset {dataset:?} is half received ({} of {} parts): finish it first",
+                p.step, p.received, p.count
+            )));
+        }
+        let n = view.config.examples;
+        let mut thresholds = Vec::with_capacity(n as usize);
+        let mut next_step = None;
+        let mut start = 0;
+        while start < n {
+            let end = (start + THRESHOLD_PAGE).min(n);
+            let page = client.thresholds(dataset, Some(start), Some(end)).await?;
+            if page.start != start || page.thresholds.len() as u64 != end - start {
+                return Err(Error::Mirror(format!(
+                    "asked thresholds {start}..{end}, got {} from {}",
+                    page.thresholds.len(),
+                    page.start
+                )));
+            }
+            if *next_step.get_or_insert(page.next_step) != page.next_step {
+                return Err(Error::Mirror(
+                    "the dataset advanced while its thresholds were read: a second trainer is reporting"
+                        .into(),
+                ));
+            }
+            thresholds.extend(page.thresholds);
+            start = end;
+        }
+        let mirror = ThresholdMirror::from_thresholds(
+            view.config.max_grad_norm,
+            thresholds,
+            next_step.unwrap_or(view.status.steps),
+        )?;
+        Ok(Self {
+            client,
+            dataset: dataset.to_string(),
+            config: view.config,
+            mirror,
+            encoding: Encoding::default(),
+            trace: None,
+        })
+    }
+
+    /// Report in this encoding from now on (default binary).
+    pub fn set_encoding(&mut self, encoding: Encoding) {
+        self.encoding = encoding;
+    }
+
+    /// Write every accepted report to `path` in the `dpledger replay` trace format.
+    /// Only from step 0: a replay needs the whole history.
+    pub fn record_trace(&mut self, path: &Path) -> Result<()> {
+        if self.mirror.next_step() != 0 {
+            return Err(Error::InvalidRequest(format!(
+                "a trace must start at step 0; the dataset is at step {}",
+                self.mirror.next_step()
+            )));
+        }
+        self.trace = Some(TraceWriter::create(path, &self.config)?);
+        Ok(())
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The dataset id.
+    pub fn dataset(&self) -> &str {
+        &self.dataset
+    }
+
+    /// The dataset's configuration.
+    pub fn config(&self) -> &DatasetConfig {
+        &self.config
+    }
+
+    /// The thresholds for the next step.
+    pub fn mirror(&self) -> &ThresholdMirror {
+        &self.mirror
+    }
+
+    /// The next step's number.
+    pub fn next_step(&self) -> u64 {
+        self.mirror.next_step()
+    }
+
+    /// Report the next step: the sampled ids and their *unclipped* norms. On
+    /// success the mirror holds the thresholds for the following step. On error
+    /// (after the client's retries) nothing is applied locally; the step may or may
+    /// not be in the ledger, and calling this again with the same report is safe.
+    pub async fn report(&mut self, ids: Vec<u64>, norms: Vec<f64>) -> Result<StepOutcome> {
+        let report = StepReport::new(self.mirror.next_step(), ids, norms);
+        self.report_step(&report).await
+    }
+
+    /// Report a whole step built by the caller (e.g. with a per-step noise
+    /// multiplier); its `step` must be the next one.
+    pub async fn report_step(&mut self, report: &StepReport) -> Result<StepOutcome> {
+        if report.step != self.mirror.next_step() || report.part.is_some() {
+            return Err(Error::InvalidRequest(format!(
+                "a session reports whole steps in order: expected step {}, got step {}{}",
+                self.mirror.next_step(),
+                report.step,
+                if report.part.is_some() {
+                    " (a part)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let outcome = self
+            .client
+            .report_step_with(&self.dataset, report, self.encoding)
+            .await?;
+        self.mirror.apply_step(&report.ids, &outcome)?;
+        if let Some(trace) = &mut self.trace {
+            trace.step(report)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Full-batch refresh: new thresholds from the next step on, no charge.
+    pub async fn refresh(&mut self, ids: &[u64], norms: &[f64]) -> Result<RefreshOutcome> {
+        let outcome = self.client.refresh(&self.dataset, ids, norms).await?;
+        self.mirror.apply_refresh(ids, &outcome)?;
+        if let Some(trace) = &mut self.trace {
+            trace.refresh(ids, norms)?;
+        }
+        Ok(outcome)
+    }
+}

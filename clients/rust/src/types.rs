@@ -1,0 +1,394 @@
+//! Request and response bodies of the dataset, training and privacy endpoints,
+//! field for field as in `openapi/openapi.json`. JSON has no infinity: the server
+//! writes an unbounded epsilon or RDP as `null`, which these types read back as
+//! `f64::INFINITY` so that no value is ever mistaken for a small one.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// `null` (the server's encoding of an infinite value) reads as `+inf`.
+pub(crate) fn f64_or_inf<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+/// A list whose `null` entries read as `+inf`.
+pub(crate) fn vec_f64_or_inf<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Option<f64>>::deserialize(d)?
+        .into_iter()
+        .map(|x| x.unwrap_or(f64::INFINITY))
+        .collect())
+}
+
+/// How batches are drawn. The accounting differs fundamentally between the two,
+/// and a trainer must draw batches exactly as declared here.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Sampling {
+    /// Each example joins each step independently with probability `rate`.
+    Poisson {
+        /// Default sampling rate `q`; a step may override it.
+        rate: f64,
+    },
+    /// Fixed-size batches of a shuffled dataset, each example at most once per epoch.
+    Shuffle {
+        /// Batch size `b`.
+        batch_size: u64,
+    },
+}
+
+/// Who clips at which norm; decides whether per-example numbers are a guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clipping {
+    /// The trainer clips each example at the threshold dpledger gave it: the
+    /// per-example epsilons are guarantees.
+    #[default]
+    PerExample,
+    /// The trainer clips everyone at `C`: per-example numbers are estimates.
+    Global,
+}
+
+/// A per-example budget; enables the individual filter (spec §7), which retires
+/// examples before they could exceed it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IndividualBudget {
+    /// The epsilon no example may exceed (at `delta`).
+    pub epsilon: f64,
+    /// The delta at which `epsilon` is promised.
+    pub delta: f64,
+}
+
+/// Everything fixed when a dataset's ledger is created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetConfig {
+    /// Number of examples `n`; ids are `0..n`.
+    pub examples: u64,
+    /// Maximum clipping norm `C`.
+    pub max_grad_norm: f64,
+    /// Rounding precision `r` of thresholds (server default `C / 100`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounding: Option<f64>,
+    /// Default noise multiplier `sigma`.
+    pub noise_multiplier: f64,
+    /// How batches are drawn.
+    pub sampling: Sampling,
+    /// Rényi orders (server default: 64 orders).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orders: Option<Vec<f64>>,
+    /// Delta at which epsilons are reported by default.
+    pub delta: f64,
+    /// Who clips.
+    #[serde(default)]
+    pub clipping: Clipping,
+    /// Optional individual budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub individual_budget: Option<IndividualBudget>,
+}
+
+impl DatasetConfig {
+    /// A Poisson-sampled, per-example-clipped configuration with the server's
+    /// defaults (rounding `C/100`, its 64 orders, no individual budget).
+    pub fn poisson(
+        examples: u64,
+        max_grad_norm: f64,
+        noise_multiplier: f64,
+        rate: f64,
+        delta: f64,
+    ) -> Self {
+        Self {
+            examples,
+            max_grad_norm,
+            rounding: None,
+            noise_multiplier,
+            sampling: Sampling::Poisson { rate },
+            orders: None,
+            delta,
+            clipping: Clipping::PerExample,
+            individual_budget: None,
+        }
+    }
+}
+
+/// Body of `POST /v1/datasets`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CreateDataset<'a> {
+    pub id: &'a str,
+    pub config: &'a DatasetConfig,
+}
+
+/// Dataset ids visible to the caller.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub(crate) struct DatasetList {
+    pub datasets: Vec<String>,
+}
+
+/// A dataset's state, with the public worst case at its reporting delta.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DatasetView {
+    /// The id.
+    pub id: String,
+    /// Archived datasets are read-only.
+    pub archived: bool,
+    /// The configuration it was created with.
+    pub config: DatasetConfig,
+    /// Ledger summary.
+    pub status: LedgerStatus,
+    /// The data-independent accountant at the configured delta.
+    pub worst_case: WorstCase,
+}
+
+/// A step whose parts are still arriving.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PendingStatus {
+    /// The step.
+    pub step: u64,
+    /// Parts received.
+    pub received: u32,
+    /// Parts announced.
+    pub count: u32,
+}
+
+/// The individual filter's fixed parameters.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct FilterStatus {
+    /// The individual budget's epsilon.
+    pub epsilon: f64,
+    /// The individual budget's delta.
+    pub delta: f64,
+    /// The Rényi order `alpha*` at which the budget is enforced.
+    pub order: f64,
+    /// The RDP budget at `alpha*`.
+    pub rdp_budget: f64,
+}
+
+/// A summary of a ledger's state.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct LedgerStatus {
+    /// Number of examples.
+    pub examples: u64,
+    /// Number of Rényi orders kept per example.
+    pub orders: usize,
+    /// Steps applied so far (= the next step expected).
+    pub steps: u64,
+    /// A multi-part step that is half received, if any.
+    #[serde(default)]
+    pub pending: Option<PendingStatus>,
+    /// False when the dataset is clipped globally.
+    pub guarantee: bool,
+    /// Examples retired by the individual filter.
+    pub retired: u64,
+    /// Examples pushed past their budget by overridden steps or releases.
+    pub over_budget: u64,
+    /// The filter's parameters, when an individual budget is set.
+    #[serde(default)]
+    pub filter: Option<FilterStatus>,
+    /// Number of DP releases charged to every example.
+    pub releases: u64,
+    /// Prefix-sum segments held.
+    pub segments: usize,
+    /// Heap memory of the ledger, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// The data-independent (worst-case) accountant at the current step.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct WorstCase {
+    /// Its epsilon at the requested delta (`+inf` when unbounded).
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub epsilon: f64,
+    /// The Rényi order attaining it.
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub order: f64,
+    /// Its RDP at each of the ledger's orders.
+    #[serde(deserialize_with = "vec_f64_or_inf")]
+    pub rdp: Vec<f64>,
+    /// Number of steps applied so far.
+    pub steps: u64,
+}
+
+/// One part of a step that data-parallel workers report separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// Which part this is, `0..count`.
+    pub index: u32,
+    /// How many parts the step has; every part must say the same.
+    pub count: u32,
+}
+
+/// What the trainer reports for one step (or one part of it): the ids of the
+/// sampled examples and their observed, *unclipped* gradient norms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    /// Step number; steps are applied in order from 0, exactly once.
+    pub step: u64,
+    /// Ids of the examples in the batch (distinct). Empty for an empty batch.
+    pub ids: Vec<u64>,
+    /// Their unclipped gradient norms (finite, `>= 0`), same order.
+    pub norms: Vec<f64>,
+    /// Noise multiplier of this step when it differs from the dataset's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_multiplier: Option<f64>,
+    /// Sampling rate of this step when it differs from the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_rate: Option<f64>,
+    /// Present when the step is reported in several parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<Part>,
+}
+
+impl StepReport {
+    /// A whole-step report with the dataset's default hyperparameters.
+    pub fn new(step: u64, ids: Vec<u64>, norms: Vec<f64>) -> Self {
+        Self {
+            step,
+            ids,
+            norms,
+            noise_multiplier: None,
+            sampling_rate: None,
+            part: None,
+        }
+    }
+}
+
+/// The ledger's answer to a step report: the thresholds to clip at from the next
+/// step on. A retry of an applied step gets the same answer with `duplicate: true`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct StepOutcome {
+    /// The step reported.
+    pub step: u64,
+    /// True when this answers a retry: the report was already applied.
+    pub duplicate: bool,
+    /// The part answered (absent for a whole step).
+    #[serde(default)]
+    pub part: Option<Part>,
+    /// True once the step has been applied (false for parts still waiting).
+    pub complete: bool,
+    /// New thresholds of the reported ids, in report order (0 when retired).
+    pub thresholds: Vec<f64>,
+    /// Ids retired by the individual filter from the next step on (sorted).
+    pub retired: Vec<u64>,
+}
+
+/// Current clipping thresholds of a range of examples.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Thresholds {
+    /// The first id.
+    pub start: u64,
+    /// The step these thresholds apply to (the next step).
+    pub next_step: u64,
+    /// Thresholds of ids `start, start+1, ...` (0 for retired examples).
+    pub thresholds: Vec<f64>,
+}
+
+/// Body of `POST /v1/datasets/{d}/refresh`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RefreshRequest<'a> {
+    pub ids: &'a [u64],
+    pub norms: &'a [f64],
+}
+
+/// The answer to a full-batch refresh.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RefreshOutcome {
+    /// The step from which the new thresholds apply (the next step).
+    pub effective_step: u64,
+    /// New thresholds of the refreshed ids, in report order.
+    pub thresholds: Vec<f64>,
+    /// Ids the individual filter retires before `effective_step`.
+    pub retired: Vec<u64>,
+}
+
+/// Which RDP-to-(epsilon, delta) conversion a query uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Conversion {
+    /// Balle et al. 2020 (tighter; the server's default).
+    #[default]
+    Improved,
+    /// Mironov 2017.
+    Classic,
+}
+
+impl Conversion {
+    /// The query-string spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Conversion::Improved => "improved",
+            Conversion::Classic => "classic",
+        }
+    }
+}
+
+/// Optional parameters of the privacy queries; `Default` asks for the dataset's
+/// delta and the improved conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PrivacyQuery {
+    /// Delta in (0, 1); default the dataset's reporting delta.
+    pub delta: Option<f64>,
+    /// The conversion; default improved.
+    pub conversion: Option<Conversion>,
+}
+
+impl PrivacyQuery {
+    /// At a given delta.
+    pub fn at_delta(delta: f64) -> Self {
+        Self {
+            delta: Some(delta),
+            conversion: None,
+        }
+    }
+
+    pub(crate) fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(d) = self.delta {
+            out.push(("delta", format!("{d:e}")));
+        }
+        if let Some(c) = self.conversion {
+            out.push(("conversion", c.as_str().to_string()));
+        }
+        out
+    }
+}
+
+/// One example's privacy at the current step.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ExamplePrivacy {
+    /// The example.
+    pub id: u64,
+    /// Its epsilon at the requested delta (`+inf` when unbounded).
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub epsilon: f64,
+    /// The Rényi order attaining it.
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub order: f64,
+    /// Its accumulated RDP at each of the ledger's orders.
+    #[serde(deserialize_with = "vec_f64_or_inf")]
+    pub rdp: Vec<f64>,
+    /// Number of steps applied so far.
+    pub steps: u64,
+    /// True when the individual filter has retired it.
+    pub retired: bool,
+    /// True when it was pushed past its individual budget.
+    pub over_budget: bool,
+    /// Its current clipping threshold (for the next step).
+    pub threshold: f64,
+    /// False when the dataset is clipped globally (an estimate).
+    pub guarantee: bool,
+}
+
+/// One example's privacy with the worst case beside it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PrivacyView {
+    /// The delta used.
+    pub delta: f64,
+    /// The example's own accounting.
+    pub example: ExamplePrivacy,
+    /// The data-independent accountant at the same delta.
+    pub worst_case: WorstCase,
+}
+
+/// Liveness / readiness.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Health {
+    /// `"ok"`.
+    pub status: String,
+}
