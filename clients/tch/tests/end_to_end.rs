@@ -1,0 +1,144 @@
+//! DP-SGD against the real server for a few epochs: every step is accepted, the
+//! model learns, and the server's per-example epsilons equal an offline
+//! `dpledger replay` of the trace the trainer reported.
+
+use dpledger_client::local::{locate_binary, replay, LocalServer};
+use dpledger_client::{Client, DatasetConfig, PrivacyQuery};
+use dpledger_tch::{accuracy, Activation, DpSgd, DpSgdConfig, Examples, Mlp, NormMethod};
+use std::path::{Path, PathBuf};
+use tch::nn::{self, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+/// `$DPLEDGER_BIN`, else `target/<profile>/dpledger`, else the workspace's release
+/// build; a missing binary fails the test.
+fn binary() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    locate_binary(&[workspace.join("target/release/dpledger")]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Four well-separated Gaussian classes in 16 dimensions.
+fn blobs(n: i64, seed: i64) -> Examples {
+    tch::manual_seed(seed);
+    let centers = Tensor::randn([4, 16], (Kind::Float, Device::Cpu)) * 1.5;
+    let ys = Tensor::arange(n, (Kind::Int64, Device::Cpu)).remainder(4);
+    let xs =
+        centers.index_select(0, &ys) + Tensor::randn([n, 16], (Kind::Float, Device::Cpu)) * 0.5;
+    Examples::new(xs, ys).unwrap()
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    if a == b {
+        0.0
+    } else {
+        ((a - b) / b).abs()
+    }
+}
+
+fn run(norm_method: NormMethod, epochs: u64, check_every_example: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = binary();
+    let server = LocalServer::start(&bin, &dir.path().join("data")).unwrap();
+    let admin = Client::new(server.url(), &server.admin_token().unwrap()).unwrap();
+    let n = 400u64;
+    let (q, sigma, delta) = (0.05, 1.0, 1e-5);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(admin.create_dataset("blobs", &DatasetConfig::poisson(n, 1.0, sigma, q, delta)))
+        .unwrap();
+    let trainer_token = server.token("trainer", Some("blobs"), None).unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    let mut trainer = DpSgd::new(
+        // Its own client: connections are not shared across runtimes.
+        Client::new(server.url(), &trainer_token).unwrap(),
+        "blobs",
+        DpSgdConfig {
+            refresh_every: Some(25),
+            seed: Some(17),
+            trace: Some(trace.clone()),
+            norm_method,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+
+    let train = blobs(n as i64, 3);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = Mlp::new(&vs.root(), &[16, 32, 4], Activation::Tanh);
+    let mut opt = nn::Sgd::default().build(&vs, 1.0).unwrap();
+    let before = accuracy(&model, &train);
+    let steps = epochs * trainer.steps_per_epoch();
+    let (mut sampled, mut clipped, mut refreshes) = (0, 0, 0);
+    for t in 0..steps {
+        let stats = trainer.step(&model, &mut opt, &train).unwrap();
+        assert_eq!(stats.step, t);
+        assert!(!stats.duplicate);
+        sampled += stats.batch_size;
+        clipped += stats.clipped;
+        refreshes += stats.refreshed as u32;
+    }
+    assert_eq!(refreshes as u64, (steps - 1) / 25);
+    // Poisson batches of expected size q n = 20.
+    let mean = sampled as f64 / steps as f64;
+    assert!((14.0..26.0).contains(&mean), "mean batch {mean}");
+    assert!(
+        clipped > 0,
+        "some examples were clipped at their thresholds"
+    );
+    let after = accuracy(&model, &train);
+    assert!(
+        after > 0.7 && after > before,
+        "accuracy {before} -> {after}"
+    );
+
+    let view = runtime.block_on(admin.dataset("blobs")).unwrap();
+    assert_eq!(view.status.steps, steps);
+    // The server's thresholds are the trainer's mirror.
+    let served = runtime
+        .block_on(admin.thresholds("blobs", None, None))
+        .unwrap();
+    assert_eq!(served.thresholds, trainer.session().mirror().thresholds());
+
+    // Per-example epsilons served == offline replay of the reported trace.
+    let offline = replay(&bin, &trace, delta).unwrap();
+    let worst = offline["worst_case"]["epsilon"].as_f64().unwrap();
+    assert!(rel(view.worst_case.epsilon, worst) <= 1e-12);
+    let examples = offline["examples"].as_array().unwrap();
+    assert_eq!(examples.len() as u64, n);
+    let mut below = 0;
+    let stride = if check_every_example { 1 } else { 7 };
+    for ex in examples.iter().step_by(stride) {
+        let id = ex["id"].as_u64().unwrap();
+        let p = runtime
+            .block_on(admin.example_privacy("blobs", id, PrivacyQuery::at_delta(delta)))
+            .unwrap();
+        let want = ex["epsilon"].as_f64().unwrap();
+        assert!(
+            rel(p.example.epsilon, want) <= 1e-12,
+            "example {id}: served {} replay {want}",
+            p.example.epsilon
+        );
+        assert!(p.example.epsilon <= worst * (1.0 + 1e-12));
+        assert!(p.example.guarantee);
+        if p.example.epsilon < 0.95 * worst {
+            below += 1;
+        }
+    }
+    eprintln!(
+        "{norm_method:?}: {steps} steps, accuracy {before:.3} -> {after:.3}, {clipped} of \
+         {sampled} sampled clipped, worst case {worst:.3}, {below} checked examples below 95% of it"
+    );
+    assert!(
+        below > 0,
+        "examples with small gradients end below the worst case"
+    );
+}
+
+#[test]
+fn dp_sgd_run_is_accepted_and_matches_replay() {
+    run(NormMethod::Auto, 3, true);
+}
+
+#[test]
+fn per_example_backward_path_trains_too() {
+    run(NormMethod::PerExample, 1, false);
+}
