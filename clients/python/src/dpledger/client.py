@@ -1,0 +1,465 @@
+"""Typed HTTP client of the dpledger service (httpx).
+
+Every endpoint of ``openapi/openapi.json`` is one method whose name is the
+endpoint's ``operationId``, and one row of :data:`OPERATIONS` (method, path,
+response type, retry class) from which the request is built.
+``tests/test_openapi.py`` fails when the OpenAPI document has an operation that
+the table lacks, or the table disagrees with it. To cover a new endpoint: add a
+dataclass for its schemas to ``types.py``, a row to :data:`OPERATIONS`, and a
+method calling ``self._call("<operationId>", ...)``.
+
+**Retries.** Only what is safe to repeat is repeated: reads, archiving (a no-op
+the second time), the stateless accountant, and step reports, which the server
+applies exactly once (a retry of an applied step with the same content is
+answered ``"duplicate": true`` with the original answer, and is a success). A
+dataset creation whose answer was lost is resolved by reading the dataset back
+(same configuration: success; different: the 409). A refresh is repeated only
+when the connection was never established. Transport errors and 500/502/503/504
+are retried with exponential backoff and jitter; when the attempts are used up
+the last error is raised, so a report is never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
+
+import httpx
+
+from . import encoding
+from .errors import ApiError, Conflict, TransportFailure, error_class
+from .types import (
+    CompareRequest,
+    CompareResponse,
+    CreateDataset,
+    DatasetConfig,
+    DatasetList,
+    DatasetView,
+    EpsilonRequest,
+    EpsilonResponse,
+    Health,
+    NoiseRequest,
+    NoiseResponse,
+    Part,
+    PrivacyView,
+    Problem,
+    RdpRequest,
+    RdpResponse,
+    RefreshOutcome,
+    RefreshRequest,
+    ScheduleRequest,
+    ScheduleResponse,
+    StepOutcome,
+    Thresholds,
+    WorstCase,
+    from_json,
+    to_json,
+)
+
+__all__ = ["Client", "RetryPolicy", "Operation", "OPERATIONS"]
+
+# Retry classes of an operation.
+IDEMPOTENT = "idempotent"  # repeat on any transport error or retryable status
+CREATE = "create"  # repeat; a 409 after a lost answer is resolved by reading back
+CONNECT_ONLY = "connect-only"  # repeat only when the request was never sent
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One endpoint: HTTP method, path template, the dataclass of its success
+    body (``None``: plain text or free JSON) and its retry class."""
+
+    method: str
+    path: str
+    response: Optional[type]
+    retry: str
+
+
+OPERATIONS: Dict[str, Operation] = {
+    # datasets
+    "create_dataset": Operation("POST", "/v1/datasets", DatasetView, CREATE),
+    "list_datasets": Operation("GET", "/v1/datasets", DatasetList, IDEMPOTENT),
+    "get_dataset": Operation("GET", "/v1/datasets/{dataset}", DatasetView, IDEMPOTENT),
+    "archive_dataset": Operation("POST", "/v1/datasets/{dataset}/archive", DatasetView, IDEMPOTENT),
+    # training
+    "report_step": Operation("POST", "/v1/datasets/{dataset}/steps", StepOutcome, IDEMPOTENT),
+    "thresholds": Operation("GET", "/v1/datasets/{dataset}/thresholds", Thresholds, IDEMPOTENT),
+    "refresh": Operation("POST", "/v1/datasets/{dataset}/refresh", RefreshOutcome, CONNECT_ONLY),
+    # privacy
+    "example_privacy": Operation(
+        "GET", "/v1/datasets/{dataset}/examples/{example}/privacy", PrivacyView, IDEMPOTENT
+    ),
+    "worst_case": Operation("GET", "/v1/datasets/{dataset}/worst-case", WorstCase, IDEMPOTENT),
+    # the stateless accountant
+    "accountant_rdp": Operation("POST", "/v1/accountant/rdp", RdpResponse, IDEMPOTENT),
+    "accountant_epsilon": Operation("POST", "/v1/accountant/epsilon", EpsilonResponse, IDEMPOTENT),
+    "accountant_noise": Operation("POST", "/v1/accountant/noise", NoiseResponse, IDEMPOTENT),
+    "accountant_compare": Operation("POST", "/v1/accountant/compare", CompareResponse, IDEMPOTENT),
+    "accountant_schedule": Operation(
+        "POST", "/v1/accountant/schedule", ScheduleResponse, IDEMPOTENT
+    ),
+    # operations
+    "healthz": Operation("GET", "/healthz", Health, IDEMPOTENT),
+    "readyz": Operation("GET", "/readyz", Health, IDEMPOTENT),
+    "metrics_endpoint": Operation("GET", "/metrics", None, IDEMPOTENT),
+    "openapi_json": Operation("GET", "/openapi.json", None, IDEMPOTENT),
+}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to repeat a request that may be repeated.
+
+    ``attempts`` counts the first try. The wait before retry ``k`` (1-based) is
+    ``min(max_backoff, backoff * 2**(k-1))`` scaled by a random factor in
+    ``[0.5, 1]``."""
+
+    attempts: int = 6
+    backoff: float = 0.1
+    max_backoff: float = 5.0
+    statuses: Tuple[int, ...] = (429, 500, 502, 503, 504)
+
+    def delay(self, retry: int) -> float:
+        base = min(self.max_backoff, self.backoff * (2 ** (retry - 1)))
+        return base * random.uniform(0.5, 1.0)
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+_JSON = "application/json"
+
+
+def _plain_list(values: Any, kind: Callable[[Any], Any]) -> list:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return [kind(v) for v in values]
+
+
+class Client:
+    """A dpledger client bound to one base URL and one bearer token.
+
+    >>> c = Client("http://127.0.0.1:8080", token)
+    >>> c.create_dataset("run-1", DatasetConfig(examples=60000, max_grad_norm=1.0,
+    ...     noise_multiplier=1.1, sampling=PoissonSampling(rate=0.004), delta=1e-5))
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        *,
+        timeout: float = 60.0,
+        retry: RetryPolicy = RetryPolicy(),
+        transport: Optional[httpx.BaseTransport] = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.retry = retry
+        self._sleep = sleep
+        self._timeout = timeout
+        self._transport = transport
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    # --- plumbing -----------------------------------------------------------
+
+    def with_token(self, token: Optional[str]) -> "Client":
+        """A client for the same server with another token (shares nothing mutable)."""
+        return Client(
+            self.base_url,
+            token,
+            timeout=self._timeout,
+            retry=self.retry,
+            transport=self._transport,
+            sleep=self._sleep,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _headers(self, content_type: Optional[str]) -> Dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
+
+    @staticmethod
+    def _error(response: httpx.Response, operation: str) -> ApiError:
+        problem = None
+        try:
+            body = response.json()
+            if isinstance(body, dict) and {"type", "title", "status", "detail"} <= body.keys():
+                problem = from_json(Problem, body)
+        except ValueError:
+            pass
+        return error_class(response.status_code)(
+            response.status_code, problem, response.text, operation
+        )
+
+    def _send(
+        self,
+        operation: str,
+        *,
+        path_params: Optional[Dict[str, Any]] = None,
+        params: Optional[Dict[str, Any]] = None,
+        body: Optional[bytes] = None,
+        content_type: Optional[str] = None,
+    ) -> httpx.Response:
+        """Send with the operation's retry class; return the successful response
+        or raise ApiError / TransportFailure."""
+        op = OPERATIONS[operation]
+        path = op.path
+        for name, value in (path_params or {}).items():
+            path = path.replace("{" + name + "}", quote(str(value), safe=""))
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        attempts = max(1, self.retry.attempts)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._http.request(
+                    op.method,
+                    path,
+                    params=query or None,
+                    content=body,
+                    headers=self._headers(content_type),
+                )
+            except httpx.TransportError as e:
+                never_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                may_retry = op.retry != CONNECT_ONLY or never_sent
+                if may_retry and attempt < attempts:
+                    self._sleep(self.retry.delay(attempt))
+                    continue
+                raise TransportFailure(operation, attempt, e) from e
+            status = response.status_code
+            if status < 400:
+                return response
+            retryable = status in self.retry.statuses and op.retry != CONNECT_ONLY
+            if retryable and attempt < attempts:
+                self._sleep(self.retry.delay(attempt))
+                continue
+            error = self._error(response, operation)
+            error.attempts = attempt
+            raise error
+
+    def _call(self, operation: str, json_body: Any = None, **kwargs: Any) -> Any:
+        if json_body is not None:
+            kwargs["body"] = json.dumps(json_body, allow_nan=False).encode()
+            kwargs["content_type"] = _JSON
+        response = self._send(operation, **kwargs)
+        op = OPERATIONS[operation]
+        if op.response is None:
+            return response
+        return from_json(op.response, response.json())
+
+    # --- datasets -----------------------------------------------------------
+
+    def create_dataset(self, id: str, config: DatasetConfig) -> DatasetView:
+        """Create a ledger (admin). If an earlier attempt's answer was lost and
+        the dataset now exists with this very configuration, that is success."""
+        request = to_json(CreateDataset(id=id, config=config))
+        try:
+            return self._call("create_dataset", request)
+        except Conflict as conflict:
+            if conflict.attempts <= 1:
+                raise
+            try:
+                existing = self._send("get_dataset", path_params={"dataset": id}).json()
+            except ApiError:
+                raise conflict from None
+            if _same_config(request["config"], existing.get("config", {})):
+                return from_json(DatasetView, existing)
+            raise
+
+    def list_datasets(self) -> DatasetList:
+        """Dataset ids the token covers."""
+        return self._call("list_datasets")
+
+    def get_dataset(self, dataset: str) -> DatasetView:
+        """A dataset's configuration, status and public worst case."""
+        return self._call("get_dataset", path_params={"dataset": dataset})
+
+    def archive_dataset(self, dataset: str) -> DatasetView:
+        """Make a dataset read-only (admin, curator). Repeating it is harmless."""
+        return self._call("archive_dataset", path_params={"dataset": dataset})
+
+    # --- training -----------------------------------------------------------
+
+    def report_step(
+        self,
+        dataset: str,
+        step: int,
+        ids: Iterable[int],
+        norms: Iterable[float],
+        *,
+        noise_multiplier: Optional[float] = None,
+        sampling_rate: Optional[float] = None,
+        part: Optional[Union[Part, Tuple[int, int]]] = None,
+        binary: bool = True,
+    ) -> StepOutcome:
+        """Report step ``step``: the batch's example ids and their UNCLIPPED
+        gradient norms. Sent in the binary ``DPLS`` encoding (``binary=False``:
+        JSON). Retried until answered; a retry the server recognises as already
+        applied (``duplicate``) is a success with the original answer."""
+        ids = _plain_list(ids, int)
+        norms = _plain_list(norms, float)
+        if isinstance(part, tuple):
+            part = Part(index=part[0], count=part[1])
+        if binary:
+            body = encoding.encode_step(
+                step,
+                ids,
+                norms,
+                part=part,
+                noise_multiplier=noise_multiplier,
+                sampling_rate=sampling_rate,
+            )
+            response = self._send(
+                "report_step",
+                path_params={"dataset": dataset},
+                body=body,
+                content_type=encoding.CONTENT_TYPE,
+            )
+            return from_json(StepOutcome, response.json())
+        request: Dict[str, Any] = {"step": step, "ids": ids, "norms": norms}
+        if noise_multiplier is not None:
+            request["noise_multiplier"] = noise_multiplier
+        if sampling_rate is not None:
+            request["sampling_rate"] = sampling_rate
+        if part is not None:
+            request["part"] = {"index": part.index, "count": part.count}
+        return self._call("report_step", request, path_params={"dataset": dataset})
+
+    def thresholds(
+        self, dataset: str, start: Optional[int] = None, end: Optional[int] = None
+    ) -> Thresholds:
+        """Current clipping thresholds of ids ``start..end`` (for the next step)."""
+        return self._call(
+            "thresholds", path_params={"dataset": dataset}, params={"start": start, "end": end}
+        )
+
+    def refresh(
+        self, dataset: str, ids: Iterable[int], norms: Iterable[float]
+    ) -> RefreshOutcome:
+        """Full-batch norms: new thresholds from the next step on, no charge."""
+        request = to_json(RefreshRequest(ids=_plain_list(ids, int), norms=_plain_list(norms, float)))
+        return self._call("refresh", request, path_params={"dataset": dataset})
+
+    # --- privacy ------------------------------------------------------------
+
+    def example_privacy(
+        self,
+        dataset: str,
+        example: int,
+        *,
+        delta: Optional[float] = None,
+        conversion: Optional[str] = None,
+    ) -> PrivacyView:
+        """One example's epsilon next to the worst case (admin, curator, owner)."""
+        return self._call(
+            "example_privacy",
+            path_params={"dataset": dataset, "example": int(example)},
+            params={"delta": _query_float(delta), "conversion": conversion},
+        )
+
+    def worst_case(
+        self, dataset: str, *, delta: Optional[float] = None, conversion: Optional[str] = None
+    ) -> WorstCase:
+        """The public, data-independent accountant of a dataset."""
+        return self._call(
+            "worst_case",
+            path_params={"dataset": dataset},
+            params={"delta": _query_float(delta), "conversion": conversion},
+        )
+
+    # --- accountant ---------------------------------------------------------
+
+    def accountant_rdp(
+        self, sampling_rate: float, noise_multiplier: float, *, orders: Optional[Sequence[float]] = None
+    ) -> RdpResponse:
+        """RDP of one sampled-Gaussian step at each order."""
+        req = RdpRequest(sampling_rate, noise_multiplier, list(orders) if orders else None)
+        return self._call("accountant_rdp", to_json(req))
+
+    def accountant_epsilon(
+        self,
+        sampling_rate: float,
+        noise_multiplier: float,
+        steps: int,
+        delta: float,
+        *,
+        orders: Optional[Sequence[float]] = None,
+        conversion: Optional[str] = None,
+    ) -> EpsilonResponse:
+        """Worst-case epsilon of ``steps`` steps (``None`` epsilon: infinite)."""
+        req = EpsilonRequest(
+            sampling_rate, noise_multiplier, steps, delta, list(orders) if orders else None, conversion  # type: ignore[arg-type]
+        )
+        return self._call("accountant_epsilon", to_json(req))
+
+    def accountant_noise(
+        self,
+        target_epsilon: float,
+        delta: float,
+        sampling_rate: float,
+        steps: int,
+        *,
+        orders: Optional[Sequence[float]] = None,
+    ) -> NoiseResponse:
+        """The smallest noise multiplier reaching ``target_epsilon``."""
+        req = NoiseRequest(target_epsilon, delta, sampling_rate, steps, list(orders) if orders else None)
+        return self._call("accountant_noise", to_json(req))
+
+    def accountant_compare(
+        self, sampling_rate: float, noise_multiplier: float, steps: int, delta: float
+    ) -> CompareResponse:
+        """The same run under several accountants."""
+        req = CompareRequest(sampling_rate, noise_multiplier, steps, delta)
+        return self._call("accountant_compare", to_json(req))
+
+    def accountant_schedule(self, request: ScheduleRequest) -> ScheduleResponse:
+        """A noise schedule per epoch and where its budget runs out."""
+        return self._call("accountant_schedule", to_json(request))
+
+    # --- operations ---------------------------------------------------------
+
+    def healthz(self) -> Health:
+        return self._call("healthz")
+
+    def readyz(self) -> Health:
+        return self._call("readyz")
+
+    def metrics_endpoint(self) -> str:
+        """Prometheus text exposition."""
+        return self._call("metrics_endpoint").text
+
+    def openapi_json(self) -> Dict[str, Any]:
+        """The server's OpenAPI document."""
+        return self._call("openapi_json").json()
+
+
+def _query_float(x: Optional[float]) -> Optional[str]:
+    return None if x is None else repr(float(x))
+
+
+def _same_config(requested: Dict[str, Any], existing: Dict[str, Any]) -> bool:
+    """Whether the server's config is the one requested (defaults filled in)."""
+    defaults = {"clipping": "per_example"}
+    for key in set(requested) | set(existing):
+        want = requested.get(key, defaults.get(key))
+        have = existing.get(key, defaults.get(key))
+        if want != have:
+            return False
+    return True
