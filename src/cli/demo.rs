@@ -115,7 +115,8 @@ impl DemoCmd {
             .set("Authorization", &auth)
             .send_json(json!({"id": "demo", "config": {
                 "examples": n, "max_grad_norm": 1.0, "rounding": 0.01, "noise_multiplier": self.noise_multiplier,
-                "sampling": {"kind": "poisson", "rate": q}, "delta": self.delta}}))
+                "sampling": {"kind": "poisson", "rate": q}, "delta": self.delta},
+                "release_budget": {"rho": 0.01}}))
             .context("creating the demo dataset")?;
         let bar = indicatif::ProgressBar::new(steps);
         bar.set_style(
@@ -201,9 +202,27 @@ impl DemoCmd {
                 .all_epsilons(self.delta, Conversion::Improved)
         })?;
         eps.sort_by(f64::total_cmp);
-        Ok(render(
-            self, steps, reported, train_secs, worst, &eps, &owners,
-        ))
+        // What a dashboard may show: a DP release, whose cost is charged to everyone.
+        let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
+        let outcome: serde_json::Value = agent
+            .post(&format!("{base}/v1/datasets/demo/releases"))
+            .set("Authorization", &auth)
+            .send_json(json!({"mean": {"rho": 0.0025},
+                "quantiles": {"rho": 0.00125, "levels": levels}}))
+            .context("releasing the DP summary")?
+            .into_json()?;
+        let after: serde_json::Value = agent
+            .get(&format!("{base}/v1/datasets/demo/worst-case"))
+            .set("Authorization", &auth)
+            .call()?
+            .into_json()?;
+        let released = render_release(
+            &outcome["release"],
+            &eps,
+            &levels,
+            after["epsilon"].as_f64(),
+        );
+        Ok(render(self, steps, reported, train_secs, worst, &eps, &owners) + &released)
     }
 }
 
@@ -255,8 +274,40 @@ fn render(
         "\nowners asking for their own epsilon over HTTP:\n{owners}"
     ));
     out.push_str(
-        "\nDP-released aggregates (mean, quantiles) for dashboards are not built yet (issue 6); \
-         the distribution above is the curator's view and must not be shown to viewers.\n",
+        "\nThe distribution above is the curator's view and must not be shown to viewers;\n\
+         dashboards get the DP release below.\n",
     );
+    out
+}
+
+/// The DP release beside the exact values it estimates.
+fn render_release(
+    release: &serde_json::Value,
+    eps: &[f64],
+    levels: &[f64],
+    worst_after: Option<f64>,
+) -> String {
+    let pop = &release["values"]["population"];
+    let exact_mean = eps.iter().sum::<f64>() / eps.len() as f64;
+    let mut out = format!(
+        "\nDP release #{} for dashboards (zCDP rho = {}, charged to every example and the worst case):\n\
+         \x20 statistic   released   exact (curator only)\n\
+         \x20 mean        {:<10.4} {exact_mean:.4}\n",
+        release["id"],
+        release["rho"].as_f64().unwrap_or(f64::NAN),
+        pop["mean"]["mean"].as_f64().unwrap_or(f64::NAN),
+    );
+    let released = pop["quantiles"].as_array().cloned().unwrap_or_default();
+    for (level, q) in levels.iter().zip(released) {
+        let exact = crate::release::accuracy::exact_quantile(eps, *level);
+        out.push_str(&format!(
+            "  q{:<10} {:<10.4} {exact:.4}\n",
+            level,
+            q["value"].as_f64().unwrap_or(f64::NAN)
+        ));
+    }
+    if let Some(w) = worst_after {
+        out.push_str(&format!("worst-case epsilon after the release: {w:.3}\n"));
+    }
     out
 }
