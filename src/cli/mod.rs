@@ -42,6 +42,62 @@ pub enum Command {
     Demo(demo::DemoCmd),
     /// Load a running server and report throughput and latency against baselines.
     Loadgen(JsonFlag<loadgen::LoadgenCmd>),
+    /// Rank errors of the DP quantile methods on the issue-6 benchmark data.
+    ReleaseAccuracy(JsonFlag<ReleaseAccuracyCmd>),
+}
+
+/// `dpledger release-accuracy`: both quantile methods on `B·Beta(1.5, 6)` data,
+/// without and with a share of values at `B`, like the seed's Table 2.
+#[derive(Debug, clap::Args)]
+pub struct ReleaseAccuracyCmd {
+    /// Values drawn.
+    #[arg(long, default_value_t = 50_000)]
+    pub n: usize,
+    /// zCDP cost of each method's release of all levels.
+    #[arg(long, default_value_t = 0.00125)]
+    pub rho: f64,
+    /// Trials averaged.
+    #[arg(long, default_value_t = 20)]
+    pub trials: usize,
+    /// Seed of the data and the noise.
+    #[arg(long, default_value_t = 2022)]
+    pub seed: u64,
+    /// Share of values exactly at B in the second population.
+    #[arg(long, default_value_t = 0.2)]
+    pub share_at_bound: f64,
+}
+
+impl ReleaseAccuracyCmd {
+    fn run(&self) -> Result<(serde_json::Value, String), String> {
+        if self.n == 0 || self.trials == 0 {
+            return Err("invalid --n/--trials: must be at least 1".into());
+        }
+        crate::accounting::validate::positive("rho", self.rho).map_err(|e| e.to_string())?;
+        if !(0.0..1.0).contains(&self.share_at_bound) {
+            return Err("invalid --share-at-bound: must be in [0, 1)".into());
+        }
+        let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
+        let reports: Vec<_> = [0.0, self.share_at_bound]
+            .iter()
+            .map(|&share| {
+                crate::release::accuracy::compare_methods(
+                    self.seed,
+                    self.n,
+                    share,
+                    &levels,
+                    self.rho,
+                    self.trials,
+                )
+            })
+            .collect();
+        let text = reports
+            .iter()
+            .map(|r| r.to_text())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let value = serde_json::to_value(&reports).map_err(|e| e.to_string())?;
+        Ok((value, text))
+    }
 }
 
 /// `dpledger replay`.
@@ -109,6 +165,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
             return write_stdout(&text);
         }
         Command::Loadgen(c) => (c.json, c.inner.run().map_err(|e| format!("{e:#}"))),
+        Command::ReleaseAccuracy(c) => (c.json, c.inner.run()),
     };
     let (value, text) = result?;
     let out = if json { format!("{value}\n") } else { text };

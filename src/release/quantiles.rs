@@ -222,6 +222,17 @@ mod tests {
     }
 
     #[test]
+    fn gradient_method_spends_exactly_rho() {
+        use crate::release::noise::gaussian_rho;
+        for (m, steps, rho) in [(5usize, 20usize, 0.00125), (1, 1, 0.5), (9, 100, 2.0)] {
+            let sigma = gradient_sigma(m, steps, rho);
+            // steps × m gradient sums and one count, each of sensitivity 1.
+            let spent = (steps * m + 1) as f64 * gaussian_rho(1.0, sigma);
+            assert!((spent - rho).abs() <= 1e-15 * rho.max(1.0), "{spent} vs {rho}");
+        }
+    }
+
+    #[test]
     fn interval_mechanism_concentrates_on_the_target_rank() {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
         let xs: Vec<f64> = (1..=1000).map(|i| i as f64).collect();
