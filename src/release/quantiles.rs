@@ -228,7 +228,10 @@ mod tests {
             let sigma = gradient_sigma(m, steps, rho);
             // steps × m gradient sums and one count, each of sensitivity 1.
             let spent = (steps * m + 1) as f64 * gaussian_rho(1.0, sigma);
-            assert!((spent - rho).abs() <= 1e-15 * rho.max(1.0), "{spent} vs {rho}");
+            assert!(
+                (spent - rho).abs() <= 1e-15 * rho.max(1.0),
+                "{spent} vs {rho}"
+            );
         }
     }
 
