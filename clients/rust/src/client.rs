@@ -7,6 +7,10 @@ use crate::accountant::{
 };
 use crate::codec;
 use crate::error::{Error, Problem, Result};
+use crate::release::{
+    BudgetRequest, BudgetStatus, DatasetSetup, LabelAssignment, LabelsView, PolicyUpdate,
+    PolicyView, Release, ReleaseList, ReleaseOutcome, ReleasePolicy, ReleaseRequest,
+};
 use crate::retry::{retry_status, retry_transport, Idempotency, RetryPolicy};
 use crate::types::{
     CreateDataset, DatasetConfig, DatasetList, DatasetView, Health, PrivacyQuery, PrivacyView,
@@ -307,8 +311,22 @@ impl Client {
     /// `POST /v1/datasets` (admin): create a ledger. Retried only when the
     /// connection could not be made; a 409 means the id is taken.
     pub async fn create_dataset(&self, id: &str, config: &DatasetConfig) -> Result<DatasetView> {
+        self.create_dataset_with(id, config, &DatasetSetup::default())
+            .await
+    }
+
+    /// `POST /v1/datasets` (admin) with release settings stored atomically with
+    /// the creation: a release budget, group labels of examples `0, 1, ...` and an
+    /// automatic release policy. Retried only when the connection could not be
+    /// made, like [`Client::create_dataset`].
+    pub async fn create_dataset_with(
+        &self,
+        id: &str,
+        config: &DatasetConfig,
+        setup: &DatasetSetup,
+    ) -> Result<DatasetView> {
         check_dataset_id(id)?;
-        let body = Self::json_body(&CreateDataset { id, config })?;
+        let body = Self::json_body(&CreateDataset { id, config, setup })?;
         self.json_call(
             Method::POST,
             &["v1", "datasets"],
@@ -509,6 +527,170 @@ impl Client {
         .await
     }
 
+    // ------------------------------------------------------------- releases
+
+    /// `POST /v1/datasets/{d}/releases` (admin, curator): publish a DP release of
+    /// aggregate statistics of the per-example epsilons (mean, quantiles,
+    /// histogram; of everyone or, with `by_group`, of every label group). Its zCDP
+    /// cost `rho` (the sum of the statistics') is charged to every example and to
+    /// the worst case as RDP `alpha * rho` at every order.
+    ///
+    /// **Not idempotent**: every accepted call spends budget, so this is retried
+    /// only when the connection could not be made, never after the request may
+    /// have reached the server (a timeout, a reset, a 5xx). After such an error,
+    /// read [`Client::latest_release`] or [`Client::releases`] to learn whether it
+    /// was published. Refusals: 409 when over the release budget or none is set
+    /// ([`Error::budget`] then says the spend, the request and the budget), when
+    /// `by_group` is asked without labels, before the first step, or when the
+    /// release would retire examples; 400 names the invalid field.
+    pub async fn create_release(
+        &self,
+        dataset: &str,
+        request: &ReleaseRequest,
+    ) -> Result<ReleaseOutcome> {
+        check_dataset_id(dataset)?;
+        let body = Self::json_body(request)?;
+        self.json_call(
+            Method::POST,
+            &["v1", "datasets", dataset, "releases"],
+            &[],
+            body,
+            Idempotency::NotIdempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/datasets/{d}/releases?limit=` (every role of `d`): the releases,
+    /// newest first (at most `limit`, server default 20, at most 1000), with the
+    /// budget and the policy. Reading costs no privacy.
+    pub async fn releases(&self, dataset: &str, limit: Option<usize>) -> Result<ReleaseList> {
+        check_dataset_id(dataset)?;
+        let query: Vec<(&str, String)> = limit
+            .map(|l| vec![("limit", l.to_string())])
+            .unwrap_or_default();
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "releases"],
+            &query,
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/datasets/{d}/releases/latest` (every role of `d`): the newest
+    /// release, at no privacy cost (dashboards poll this). 404 when nothing has
+    /// been released yet (or there is no such dataset).
+    pub async fn latest_release(&self, dataset: &str) -> Result<Release> {
+        check_dataset_id(dataset)?;
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "releases", "latest"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/datasets/{d}/release-budget` (every role of `d`): the release
+    /// budget, its spend and the number of releases.
+    pub async fn release_budget(&self, dataset: &str) -> Result<BudgetStatus> {
+        check_dataset_id(dataset)?;
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "release-budget"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `PUT /v1/datasets/{d}/release-budget` (admin, curator): set the release
+    /// budget, as a zCDP `rho` or an `(epsilon, delta)` target. Retried (setting a
+    /// budget twice is setting it once). 409 when below what is already spent.
+    pub async fn set_release_budget(
+        &self,
+        dataset: &str,
+        budget: &BudgetRequest,
+    ) -> Result<BudgetStatus> {
+        check_dataset_id(dataset)?;
+        let body = Self::json_body(budget)?;
+        self.json_call(
+            Method::PUT,
+            &["v1", "datasets", dataset, "release-budget"],
+            &[],
+            body,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/datasets/{d}/release-policy` (every role of `d`): the automatic
+    /// release policy, and why its latest release was refused, if it was.
+    pub async fn release_policy(&self, dataset: &str) -> Result<PolicyView> {
+        check_dataset_id(dataset)?;
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "release-policy"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `PUT /v1/datasets/{d}/release-policy` (admin, curator): release
+    /// automatically every `every_steps` steps, or with `None` stop doing so.
+    /// Retried (setting a policy twice is setting it once).
+    pub async fn set_release_policy(
+        &self,
+        dataset: &str,
+        policy: Option<&ReleasePolicy>,
+    ) -> Result<PolicyView> {
+        check_dataset_id(dataset)?;
+        let body = Self::json_body(&PolicyUpdate { policy })?;
+        self.json_call(
+            Method::PUT,
+            &["v1", "datasets", dataset, "release-policy"],
+            &[],
+            body,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `PUT /v1/datasets/{d}/labels` (admin, curator): label example `ids[j]` with
+    /// `labels[j]` (`None` removes its label), for per-group releases. Labels are
+    /// 1-64 bytes, at most 256 distinct per dataset. Retried (assigning the same
+    /// labels twice is assigning them once). Answers every label in use or used
+    /// before, in order of first use.
+    pub async fn set_labels(
+        &self,
+        dataset: &str,
+        ids: &[u64],
+        labels: &[Option<String>],
+    ) -> Result<LabelsView> {
+        check_dataset_id(dataset)?;
+        if ids.len() != labels.len() {
+            return Err(Error::InvalidRequest(format!(
+                "labels: {} ids but {} labels",
+                ids.len(),
+                labels.len()
+            )));
+        }
+        let body = Self::json_body(&LabelAssignment { ids, labels })?;
+        self.json_call(
+            Method::PUT,
+            &["v1", "datasets", dataset, "labels"],
+            &[],
+            body,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
     // ------------------------------------------------------------- accountant
 
     async fn accountant<Req: Serialize, Resp: DeserializeOwned>(
@@ -628,6 +810,7 @@ fn problem_from(status: u16, content_type: &str, bytes: &[u8]) -> Problem {
             detail
         },
         field: None,
+        budget: None,
     }
 }
 
@@ -671,6 +854,27 @@ mod tests {
         );
         assert_eq!(p.detail, "nope");
         assert_eq!(p.field, None);
+    }
+
+    #[test]
+    fn a_refused_release_keeps_its_budget_extension() {
+        let p = problem_from(
+            409,
+            "application/problem+json",
+            br#"{"type":"urn:dpledger:problem:conflict","title":"Conflict","status":409,
+                "detail":"over budget","budget":{"rho_spent":0.003,"rho_requested":0.009,"rho_budget":null}}"#,
+        );
+        let b = p.budget.as_deref().unwrap();
+        assert_eq!(
+            (b.rho_spent, b.rho_requested, b.rho_budget),
+            (0.003, 0.009, None)
+        );
+        let e = Error::Api {
+            problem: p,
+            attempts: 1,
+        };
+        assert_eq!(e.budget().unwrap().rho_requested, 0.009);
+        assert!(problem_from(502, "text/html", b"x").budget.is_none());
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //! document, so the caller sees exactly what the server said was wrong (the
 //! `detail`, and the `field` at fault when there is one).
 
+use crate::release::BudgetRefusal;
 use serde::Deserialize;
 use std::fmt;
 
 /// An `application/problem+json` document as dpledger answers every refusal.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Problem {
     /// A URN naming the kind of problem, e.g. `urn:dpledger:problem:conflict`.
     #[serde(rename = "type")]
@@ -20,6 +21,11 @@ pub struct Problem {
     /// The request field at fault, when one is.
     #[serde(default)]
     pub field: Option<String>,
+    /// For a release refused by its budget (409): what was spent, what the
+    /// release would have cost, and the budget (the problem's `budget` extension;
+    /// boxed to keep [`Error`] small). Also read by [`Error::budget`].
+    #[serde(default)]
+    pub budget: Option<Box<BudgetRefusal>>,
 }
 
 impl fmt::Display for Problem {
@@ -92,6 +98,12 @@ impl Error {
     /// The HTTP status of a refusal.
     pub fn status(&self) -> Option<u16> {
         self.problem().map(|p| p.status)
+    }
+
+    /// For a release refused because the release budget does not allow it (409):
+    /// the spend, the request and the budget.
+    pub fn budget(&self) -> Option<&BudgetRefusal> {
+        self.problem().and_then(|p| p.budget.as_deref())
     }
 }
 

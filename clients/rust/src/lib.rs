@@ -2,9 +2,10 @@
 //!
 //! * [`Client`]: one method per endpoint (datasets, step reports in JSON or the
 //!   compact binary encoding, thresholds, refresh, per-example privacy, the worst
-//!   case, the stateless accountant, operations), bearer tokens, and retries where
-//!   resending is safe ([`retry`]). Every refusal is an [`Error::Api`] carrying the
-//!   server's problem document.
+//!   case, DP releases and their budget, labels and policy ([`release`]), the
+//!   stateless accountant, operations), bearer tokens, and retries where resending
+//!   is safe ([`retry`]). Every refusal is an [`Error::Api`] carrying the server's
+//!   problem document (with the budget of a refused release: [`Error::budget`]).
 //! * [`ThresholdMirror`] and [`TrainingSession`]: what a DP-SGD trainer needs to
 //!   clip each example at the threshold the ledger holds for it (spec §3), kept
 //!   current from the answers of its own reports.
@@ -30,6 +31,7 @@ pub mod codec;
 mod error;
 pub mod local;
 mod mirror;
+pub mod release;
 pub mod retry;
 mod session;
 pub mod trace;
@@ -38,6 +40,12 @@ mod types;
 pub use client::{Client, ClientBuilder, Encoding};
 pub use error::{Error, Problem, Result};
 pub use mirror::ThresholdMirror;
+pub use release::{
+    BudgetRefusal, BudgetRequest, BudgetStatus, DatasetSetup, GroupStatistics, HistogramRequest,
+    HistogramValue, LabelsView, MeanRequest, MeanValue, PolicyView, QuantileMethod, QuantileValue,
+    QuantilesRequest, Release, ReleaseList, ReleaseOutcome, ReleasePolicy, ReleaseRequest,
+    ReleaseTrigger, ReleaseValues, Statistics,
+};
 pub use retry::RetryPolicy;
 pub use session::TrainingSession;
 pub use types::{

@@ -5,9 +5,12 @@
 //! when sending it twice is the same as sending it once: reads, archive, refresh
 //! (it sets thresholds to a function of the norms), the pure accountant, and step
 //! reports, which the ledger applies exactly once per step number (a retry of an
-//! applied step is answered `duplicate: true` with the original answer). Creating
-//! a dataset is not retried after it may have reached the server: a second
-//! attempt would answer 409 for a dataset the first attempt created.
+//! applied step is answered `duplicate: true` with the original answer), and the
+//! release settings (budget, labels, policy), which are set rather than added to.
+//! Creating a dataset is not retried after it may have reached the server: a
+//! second attempt would answer 409 for a dataset the first attempt created. Nor is
+//! publishing a DP release: each one spends privacy budget, so a second delivery
+//! would publish (and charge) a second release.
 
 use std::time::Duration;
 
@@ -56,7 +59,8 @@ impl RetryPolicy {
 pub enum Idempotency {
     /// Sending it twice is the same as once.
     Idempotent,
-    /// A second delivery could do something different (dataset creation).
+    /// A second delivery could do something different (dataset creation, a DP
+    /// release).
     NotIdempotent,
 }
 

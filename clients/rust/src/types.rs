@@ -1,6 +1,7 @@
 //! Request and response bodies of the dataset, training and privacy endpoints,
-//! field for field as in `openapi/openapi.json`. JSON has no infinity: the server
-//! writes an unbounded epsilon or RDP as `null`, which these types read back as
+//! field for field as in `openapi/openapi.json` (those of the release endpoints
+//! are in [`crate::release`]). JSON has no infinity: the server writes an
+//! unbounded epsilon or RDP as `null`, which these types read back as
 //! `f64::INFINITY` so that no value is ever mistaken for a small one.
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -113,6 +114,8 @@ impl DatasetConfig {
 pub(crate) struct CreateDataset<'a> {
     pub id: &'a str,
     pub config: &'a DatasetConfig,
+    #[serde(flatten)]
+    pub setup: &'a crate::release::DatasetSetup,
 }
 
 /// Dataset ids visible to the caller.

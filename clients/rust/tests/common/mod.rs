@@ -2,6 +2,8 @@
 //! port with a temporary data directory, and an admin client for it.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use dpledger_client::local::{locate_binary, LocalServer};
 use dpledger_client::{Client, DatasetConfig};
 use std::path::{Path, PathBuf};
