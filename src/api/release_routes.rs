@@ -26,6 +26,7 @@ const MAX_LIST: usize = 1000;
 
 /// Which releases to list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ReleaseListQuery {
     /// Most releases to return, newest first (default 20, at most 1000).
     pub limit: Option<usize>,

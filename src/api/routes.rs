@@ -71,6 +71,7 @@ pub struct DatasetList {
 
 /// Which thresholds to read.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ThresholdRange {
     /// First example id (inclusive, default 0).
     pub start: Option<u64>,
@@ -101,6 +102,7 @@ pub struct RefreshRequest {
 
 /// Privacy query parameters.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PrivacyQuery {
     /// Delta in (0, 1); default: the dataset's reporting delta.
     pub delta: Option<f64>,
