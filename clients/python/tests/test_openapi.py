@@ -106,6 +106,20 @@ def _nullable(prop: dict) -> bool:
     return any(alt.get("type") == "null" for alt in prop.get("oneOf", []))
 
 
+def _flatten(schema: dict, schemas: dict) -> "tuple[dict, set]":
+    """An object schema's properties and required names, with ``allOf`` members
+    (inline or ``$ref``, as serde's ``flatten`` produces) merged in."""
+    if "$ref" in schema:
+        schema = schemas[_ref_name(schema["$ref"])]
+    props = dict(schema.get("properties", {}))
+    required = set(schema.get("required", []))
+    for member in schema.get("allOf", []):
+        p, r = _flatten(member, schemas)
+        props.update(p)
+        required |= r
+    return props, required
+
+
 @pytest.mark.parametrize("schema_name", sorted(SCHEMA_TYPES))
 def test_dataclass_fields_equal_schema_properties(schema_name):
     schemas = _document()["components"]["schemas"]
@@ -113,9 +127,8 @@ def test_dataclass_fields_equal_schema_properties(schema_name):
     schema = schemas[schema_name]
     cls = SCHEMA_TYPES[schema_name]
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    props = schema.get("properties", {})
+    props, required = _flatten(schema, schemas)
     assert set(fields) == set(props), f"{schema_name}: fields {sorted(fields)} vs schema {sorted(props)}"
-    required = set(schema.get("required", []))
     for name, f in fields.items():
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
         assert has_default == (name not in required), f"{schema_name}.{name}: required={name in required}"

@@ -13,8 +13,11 @@ the second time), the stateless accountant, and step reports, which the server
 applies exactly once (a retry of an applied step with the same content is
 answered ``"duplicate": true`` with the original answer, and is a success). A
 dataset creation whose answer was lost is resolved by reading the dataset back
-(same configuration: success; different: the 409). A refresh is repeated only
-when the connection was never established. Transport errors and 500/502/503/504
+(same configuration: success; different: the 409). A refresh, and a DP release
+(``create_release``: each one spends privacy budget and is charged to every
+example), are repeated only when the connection was never established; release
+budgets, policies and labels are absolute values, so setting them again is
+harmless. Transport errors and 500/502/503/504
 are retried with exponential backoff and jitter; when the attempts are used up
 the last error is raised, so a report is never silently dropped.
 """
@@ -31,8 +34,10 @@ from urllib.parse import quote
 import httpx
 
 from . import encoding
-from .errors import ApiError, Conflict, TransportFailure, error_class
+from .errors import ApiError, Conflict, NotFound, TransportFailure, error_class
 from .types import (
+    BudgetRequest,
+    BudgetStatus,
     CompareRequest,
     CompareResponse,
     CreateDataset,
@@ -42,15 +47,27 @@ from .types import (
     EpsilonRequest,
     EpsilonResponse,
     Health,
+    HistogramRequest,
+    LabelAssignment,
+    LabelsView,
+    MeanRequest,
     NoiseRequest,
     NoiseResponse,
     Part,
+    PolicyUpdate,
+    PolicyView,
     PrivacyView,
     Problem,
+    QuantilesRequest,
     RdpRequest,
     RdpResponse,
     RefreshOutcome,
     RefreshRequest,
+    Release,
+    ReleaseList,
+    ReleaseOutcome,
+    ReleasePolicy,
+    ReleaseRequest,
     ScheduleRequest,
     ScheduleResponse,
     StepOutcome,
@@ -94,6 +111,23 @@ OPERATIONS: Dict[str, Operation] = {
         "GET", "/v1/datasets/{dataset}/examples/{example}/privacy", PrivacyView, IDEMPOTENT
     ),
     "worst_case": Operation("GET", "/v1/datasets/{dataset}/worst-case", WorstCase, IDEMPOTENT),
+    # releases (a release spends budget: never repeated once it may have arrived)
+    "create_release": Operation(
+        "POST", "/v1/datasets/{dataset}/releases", ReleaseOutcome, CONNECT_ONLY
+    ),
+    "list_releases": Operation("GET", "/v1/datasets/{dataset}/releases", ReleaseList, IDEMPOTENT),
+    "latest_release": Operation(
+        "GET", "/v1/datasets/{dataset}/releases/latest", Release, IDEMPOTENT
+    ),
+    "get_budget": Operation(
+        "GET", "/v1/datasets/{dataset}/release-budget", BudgetStatus, IDEMPOTENT
+    ),
+    "set_budget": Operation(
+        "PUT", "/v1/datasets/{dataset}/release-budget", BudgetStatus, IDEMPOTENT
+    ),
+    "get_policy": Operation("GET", "/v1/datasets/{dataset}/release-policy", PolicyView, IDEMPOTENT),
+    "set_policy": Operation("PUT", "/v1/datasets/{dataset}/release-policy", PolicyView, IDEMPOTENT),
+    "set_labels": Operation("PUT", "/v1/datasets/{dataset}/labels", LabelsView, IDEMPOTENT),
     # the stateless accountant
     "accountant_rdp": Operation("POST", "/v1/accountant/rdp", RdpResponse, IDEMPOTENT),
     "accountant_epsilon": Operation("POST", "/v1/accountant/epsilon", EpsilonResponse, IDEMPOTENT),
@@ -266,10 +300,33 @@ class Client:
 
     # --- datasets -----------------------------------------------------------
 
-    def create_dataset(self, id: str, config: DatasetConfig) -> DatasetView:
-        """Create a ledger (admin). If an earlier attempt's answer was lost and
-        the dataset now exists with this very configuration, that is success."""
-        request = to_json(CreateDataset(id=id, config=config))
+    def create_dataset(
+        self,
+        id: str,
+        config: DatasetConfig,
+        *,
+        release_budget: Optional[Union[BudgetRequest, float]] = None,
+        labels: Optional[Sequence[Optional[str]]] = None,
+        release_policy: Optional[ReleasePolicy] = None,
+    ) -> DatasetView:
+        """Create a ledger (admin). ``release_budget`` (a :class:`BudgetRequest`,
+        or a float: zCDP ``rho``), ``labels`` (one per example, ``None``:
+        unlabelled) and ``release_policy`` set up DP releases from the start.
+
+        If an earlier attempt's answer was lost and the dataset now exists with
+        this very configuration (and, where given, this release budget and
+        policy; labels cannot be read back), that is success."""
+        if isinstance(release_budget, (int, float)):
+            release_budget = BudgetRequest(rho=float(release_budget))
+        request = to_json(
+            CreateDataset(
+                id=id,
+                config=config,
+                release_budget=release_budget,
+                labels=None if labels is None else list(labels),
+                release_policy=release_policy,
+            )
+        )
         try:
             return self._call("create_dataset", request)
         except Conflict as conflict:
@@ -277,9 +334,16 @@ class Client:
                 raise
             try:
                 existing = self._send("get_dataset", path_params={"dataset": id}).json()
+                same = _same_config(request["config"], existing.get("config", {}))
+                if same and release_budget is not None:
+                    budget = self._send("get_budget", path_params={"dataset": id}).json()
+                    same = _same_budget(release_budget, budget)
+                if same and release_policy is not None:
+                    policy = self._send("get_policy", path_params={"dataset": id}).json()
+                    same = from_json(Optional[ReleasePolicy], policy.get("policy")) == release_policy
             except ApiError:
                 raise conflict from None
-            if _same_config(request["config"], existing.get("config", {})):
+            if same:
                 return from_json(DatasetView, existing)
             raise
 
@@ -384,6 +448,113 @@ class Client:
             params={"delta": _query_float(delta), "conversion": conversion},
         )
 
+    # --- releases -----------------------------------------------------------
+
+    def create_release(
+        self,
+        dataset: str,
+        request: Optional[ReleaseRequest] = None,
+        *,
+        mean: Optional[Union[float, MeanRequest]] = None,
+        quantiles: Optional[QuantilesRequest] = None,
+        histogram: Optional[HistogramRequest] = None,
+        by_group: bool = False,
+        delta: Optional[float] = None,
+    ) -> ReleaseOutcome:
+        """Publish DP statistics of the per-example epsilons (curator): give a
+        :class:`ReleaseRequest`, or its parts (``mean`` may be a float: its
+        ``rho``). Its cost (the sum of the statistics' ``rho``) is charged to
+        the release budget, to every example's RDP (``alpha * rho`` at each
+        order) and to the worst case.
+
+        Never repeated once it may have reached the server (only a connection
+        that was never made is retried): a lost answer raises
+        :class:`TransportFailure`; look at :meth:`list_releases` before asking
+        again. Over budget (or with none set): :class:`Conflict` whose
+        ``budget`` says the spend and the request."""
+        if request is None:
+            if isinstance(mean, (int, float)):
+                mean = MeanRequest(rho=float(mean))
+            request = ReleaseRequest(
+                mean=mean, quantiles=quantiles, histogram=histogram, by_group=by_group, delta=delta
+            )
+        elif any(x is not None for x in (mean, quantiles, histogram, delta)) or by_group:
+            raise TypeError("give either a ReleaseRequest or its parts, not both")
+        return self._call("create_release", to_json(request), path_params={"dataset": dataset})
+
+    def list_releases(self, dataset: str, limit: Optional[int] = None) -> ReleaseList:
+        """Releases, newest first (at most ``limit``: server default 20, at most
+        1000), with the budget and the policy (viewers too; no cost)."""
+        return self._call(
+            "list_releases", path_params={"dataset": dataset}, params={"limit": limit}
+        )
+
+    def latest_release(self, dataset: str, *, missing_ok: bool = False) -> Optional[Release]:
+        """The latest release, as a dashboard polls it (viewers too; reading
+        costs no privacy). Nothing released yet: :class:`NotFound`, or ``None``
+        with ``missing_ok=True`` (a missing dataset still raises NotFound)."""
+        try:
+            return self._call("latest_release", path_params={"dataset": dataset})
+        except NotFound:
+            if not missing_ok:
+                raise
+            # Tell "no release yet" from "no such dataset" (which raises here).
+            releases = self.list_releases(dataset, limit=1).releases
+            return releases[0] if releases else None
+
+    def get_budget(self, dataset: str) -> BudgetStatus:
+        """The release budget and what releases spent of it."""
+        return self._call("get_budget", path_params={"dataset": dataset})
+
+    def set_budget(
+        self,
+        dataset: str,
+        rho: Optional[Union[float, BudgetRequest]] = None,
+        *,
+        epsilon: Optional[float] = None,
+        delta: Optional[float] = None,
+    ) -> BudgetStatus:
+        """Set the total release budget (curator): zCDP ``rho``, or
+        ``epsilon`` with ``delta`` (converted by the server, rounded down), or a
+        :class:`BudgetRequest`. An absolute value, so repeating it is harmless;
+        below what is already spent it is a :class:`Conflict`."""
+        if isinstance(rho, BudgetRequest):
+            request = rho
+        else:
+            request = BudgetRequest(rho=rho, epsilon=epsilon, delta=delta)
+        return self._call("set_budget", to_json(request), path_params={"dataset": dataset})
+
+    def get_policy(self, dataset: str) -> PolicyView:
+        """The automatic release policy (``policy`` ``None``: none) and why its
+        latest release was refused, if it was."""
+        return self._call("get_policy", path_params={"dataset": dataset})
+
+    def set_policy(self, dataset: str, policy: Optional[ReleasePolicy]) -> PolicyView:
+        """Release ``policy.request`` after every ``policy.every_steps`` steps
+        (curator); ``None`` removes the policy."""
+        body = {"policy": to_json(PolicyUpdate(policy=policy)).get("policy")}
+        return self._call("set_policy", body, path_params={"dataset": dataset})
+
+    def set_labels(
+        self,
+        dataset: str,
+        ids: Union[Iterable[int], Dict[int, Optional[str]]],
+        labels: Optional[Iterable[Optional[str]]] = None,
+    ) -> LabelsView:
+        """Label examples for per-group releases (curator): ``labels[j]`` for
+        ``ids[j]``, or a mapping ``{id: label}``; ``None`` removes a label.
+        Returns every group label in use or used before."""
+        if isinstance(ids, dict):
+            if labels is not None:
+                raise TypeError("give a mapping or ids and labels, not both")
+            labels = list(ids.values())
+            ids = list(ids.keys())
+        if labels is None:
+            raise TypeError("labels are missing")
+        request = LabelAssignment(ids=_plain_list(ids, int), labels=list(labels))
+        body = {"ids": request.ids, "labels": request.labels}  # null labels stay null
+        return self._call("set_labels", body, path_params={"dataset": dataset})
+
     # --- accountant ---------------------------------------------------------
 
     def accountant_rdp(
@@ -452,6 +623,15 @@ class Client:
 
 def _query_float(x: Optional[float]) -> Optional[str]:
     return None if x is None else repr(float(x))
+
+
+def _same_budget(requested: BudgetRequest, status: Dict[str, Any]) -> bool:
+    """Whether the server's release budget is the one requested (an epsilon
+    target is converted by the server: then only its presence is checked)."""
+    have = status.get("rho_budget")
+    if requested.rho is not None:
+        return have == requested.rho
+    return have is not None
 
 
 def _same_config(requested: Dict[str, Any], existing: Dict[str, Any]) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Type
 
-from .types import Problem
+from .types import BudgetRefusal, Problem
 
 __all__ = [
     "DpledgerError",
@@ -77,7 +77,14 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     """409: the request contradicts the ledger (out-of-order or conflicting step,
-    archived dataset, existing id)."""
+    archived dataset, existing id, a release over its budget or without one)."""
+
+    @property
+    def budget(self) -> Optional[BudgetRefusal]:
+        """For a release refused by its budget: ``rho_spent``, ``rho_requested``
+        and ``rho_budget`` (``None`` when no budget is set); ``None`` for every
+        other conflict."""
+        return self.problem.budget if self.problem else None
 
 
 class PayloadTooLarge(ApiError):

@@ -50,6 +50,27 @@ __all__ = [
     "ScheduleRequest",
     "ScheduleEpoch",
     "ScheduleResponse",
+    "BudgetRequest",
+    "BudgetStatus",
+    "BudgetRefusal",
+    "MeanRequest",
+    "QuantilesRequest",
+    "HistogramRequest",
+    "ReleaseRequest",
+    "ReleasePolicy",
+    "MeanValue",
+    "QuantileValue",
+    "HistogramValue",
+    "Statistics",
+    "GroupStatistics",
+    "ReleaseValues",
+    "Release",
+    "ReleaseOutcome",
+    "ReleaseList",
+    "LabelAssignment",
+    "LabelsView",
+    "PolicyUpdate",
+    "PolicyView",
     "Health",
     "Problem",
     "from_json",
@@ -61,6 +82,8 @@ Clipping = Literal["per_example", "global"]
 Conversion = Literal["improved", "classic"]
 ScheduleKind = Literal["constant", "time", "exponential", "step", "polynomial"]
 BatchingKind = Literal["poisson", "shuffle"]
+QuantileMethod = Literal["kss", "gradient_descent"]
+ReleaseTrigger = Literal["request", "policy"]
 
 
 # --- datasets ---------------------------------------------------------------
@@ -115,9 +138,17 @@ class DatasetConfig:
 
 @dataclass
 class CreateDataset:
+    """A dataset to create; the release fields are optional (issue 6)."""
+
     __schema__: ClassVar[str] = "CreateDataset"
     id: str
     config: DatasetConfig
+    #: Budget for DP releases (none: no release until a curator sets one).
+    release_budget: Optional["BudgetRequest"] = None
+    #: Group labels of examples ``0, 1, ...`` (``None``: unlabelled).
+    labels: Optional[List[Optional[str]]] = None
+    #: Release automatically every N steps.
+    release_policy: Optional["ReleasePolicy"] = None
 
 
 @dataclass
@@ -374,6 +405,232 @@ class ScheduleResponse:
     stop_epoch: Optional[int] = None
 
 
+# --- releases (issue 6) --------------------------------------------------------
+
+
+@dataclass
+class BudgetRequest:
+    """A release budget: zCDP ``rho``, or ``epsilon`` together with ``delta``
+    (converted by the server, rounded down)."""
+
+    __schema__: ClassVar[str] = "BudgetRequest"
+    rho: Optional[float] = None
+    epsilon: Optional[float] = None
+    delta: Optional[float] = None
+
+
+@dataclass
+class BudgetStatus:
+    """A dataset's release budget and what releases spent of it."""
+
+    __schema__: ClassVar[str] = "BudgetStatus"
+    rho_spent: float
+    releases: int
+    #: ``None`` until a curator sets one (no release is possible before).
+    rho_budget: Optional[float] = None
+
+    @property
+    def rho_left(self) -> Optional[float]:
+        """What releases may still spend (``None``: no budget set)."""
+        return None if self.rho_budget is None else max(0.0, self.rho_budget - self.rho_spent)
+
+
+@dataclass
+class BudgetRefusal:
+    """Why a release was refused by its budget (``Conflict.budget``)."""
+
+    __schema__: ClassVar[str] = "BudgetRefusal"
+    rho_spent: float
+    rho_requested: float
+    rho_budget: Optional[float] = None
+
+
+@dataclass
+class MeanRequest:
+    """The DP mean of the per-example epsilons, at zCDP cost ``rho``."""
+
+    __schema__: ClassVar[str] = "MeanRequest"
+    rho: float
+
+
+@dataclass
+class QuantilesRequest:
+    """DP quantiles of the per-example epsilons at ``levels`` in (0, 1); ``rho``
+    is the cost of all levels together."""
+
+    __schema__: ClassVar[str] = "QuantilesRequest"
+    rho: float
+    levels: List[float]
+    method: QuantileMethod = "kss"
+    steps: Optional[int] = None
+
+
+@dataclass
+class HistogramRequest:
+    """A DP histogram of the per-example epsilons over ``bins`` equal bins of ``[0, B]``."""
+
+    __schema__: ClassVar[str] = "HistogramRequest"
+    rho: float
+    bins: int
+
+
+@dataclass
+class ReleaseRequest:
+    """What to release; its cost is the sum of the statistics' ``rho`` (the same
+    per group when ``by_group``: the groups are disjoint)."""
+
+    __schema__: ClassVar[str] = "ReleaseRequest"
+    mean: Optional[MeanRequest] = None
+    quantiles: Optional[QuantilesRequest] = None
+    histogram: Optional[HistogramRequest] = None
+    by_group: bool = False
+    delta: Optional[float] = None
+
+    @property
+    def rho(self) -> float:
+        """The zCDP cost of this request."""
+        return sum(s.rho for s in (self.mean, self.quantiles, self.histogram) if s is not None)
+
+
+@dataclass
+class ReleasePolicy:
+    """Release ``request`` automatically after every ``every_steps`` steps."""
+
+    __schema__: ClassVar[str] = "ReleasePolicy"
+    every_steps: int
+    request: ReleaseRequest
+
+
+@dataclass
+class MeanValue:
+    __schema__: ClassVar[str] = "MeanValue"
+    mean: float
+    count: float
+
+
+@dataclass
+class QuantileValue:
+    __schema__: ClassVar[str] = "QuantileValue"
+    level: float
+    value: float
+
+
+@dataclass
+class HistogramValue:
+    __schema__: ClassVar[str] = "HistogramValue"
+    edges: List[float]
+    counts: List[float]
+
+
+@dataclass
+class Statistics:
+    """The statistics released for one population (everyone, or one group)."""
+
+    __schema__: ClassVar[str] = "Statistics"
+    mean: Optional[MeanValue] = None
+    quantiles: Optional[List[QuantileValue]] = None
+    histogram: Optional[HistogramValue] = None
+
+    def quantile(self, level: float) -> Optional[float]:
+        """The released value at ``level`` (``None``: not released)."""
+        for q in self.quantiles or []:
+            if q.level == level:
+                return q.value
+        return None
+
+
+@dataclass
+class GroupStatistics(Statistics):
+    """One label group's statistics (``label`` ``None``: the unlabelled examples)."""
+
+    __schema__: ClassVar[str] = "GroupStatistics"
+    label: Optional[str] = None
+
+
+@dataclass
+class ReleaseValues:
+    """The population's statistics, or (``by_group``) every group's."""
+
+    __schema__: ClassVar[str] = "ReleaseValues"
+    population: Optional[Statistics] = None
+    groups: Optional[List[GroupStatistics]] = None
+
+
+@dataclass
+class Release:
+    """A release as stored and served to viewers (reading it costs nothing)."""
+
+    __schema__: ClassVar[str] = "Release"
+    id: int
+    step: int
+    released_at: int
+    trigger: ReleaseTrigger
+    request: ReleaseRequest
+    delta: float
+    #: The bound ``B``: worst-case epsilon at ``delta`` before this release.
+    bound: float
+    #: zCDP cost charged to every example and to the worst case.
+    rho: float
+    values: ReleaseValues
+
+    @property
+    def population(self) -> Optional[Statistics]:
+        return self.values.population
+
+    @property
+    def groups(self) -> Dict[Optional[str], GroupStatistics]:
+        """Per-group statistics by label (``None``: unlabelled); empty unless ``by_group``."""
+        return {g.label: g for g in self.values.groups or []}
+
+
+@dataclass
+class ReleaseOutcome:
+    __schema__: ClassVar[str] = "ReleaseOutcome"
+    release: Release
+    budget: BudgetStatus
+
+
+@dataclass
+class ReleaseList:
+    """Releases of a dataset, newest first, with the budget and the policy."""
+
+    __schema__: ClassVar[str] = "ReleaseList"
+    budget: BudgetStatus
+    releases: List[Release]
+    policy: Optional[ReleasePolicy] = None
+    policy_error: Optional[str] = None
+
+
+@dataclass
+class LabelAssignment:
+    """``labels[j]`` for ``ids[j]`` (``None`` removes a label)."""
+
+    __schema__: ClassVar[str] = "LabelAssignment"
+    ids: List[int]
+    labels: List[Optional[str]]
+
+
+@dataclass
+class LabelsView:
+    __schema__: ClassVar[str] = "LabelsView"
+    groups: List[str]
+
+
+@dataclass
+class PolicyUpdate:
+    """Set (or, with ``None``, remove) the automatic release policy."""
+
+    __schema__: ClassVar[str] = "PolicyUpdate"
+    policy: Optional[ReleasePolicy] = None
+
+
+@dataclass
+class PolicyView:
+    __schema__: ClassVar[str] = "PolicyView"
+    policy: Optional[ReleasePolicy] = None
+    policy_error: Optional[str] = None
+
+
 # --- operations -------------------------------------------------------------
 
 
@@ -393,6 +650,8 @@ class Problem:
     status: int
     detail: str
     field: Optional[str] = None
+    #: On a release refused by its budget: the spend and the request.
+    budget: Optional[BudgetRefusal] = None
 
 
 SCHEMA_TYPES: Dict[str, type] = {
