@@ -25,7 +25,8 @@ pub struct Problem {
     pub field: Option<String>,
     /// For a release refused by its budget: what was spent and what was asked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub budget: Option<super::releases::BudgetRefusal>,
+    #[schema(value_type = Option<super::releases::BudgetRefusal>)]
+    pub budget: Option<Box<super::releases::BudgetRefusal>>,
 }
 
 impl Problem {
@@ -49,7 +50,7 @@ impl Problem {
 
     /// Attach the budget state that made a release impossible.
     pub fn with_budget(mut self, budget: super::releases::BudgetRefusal) -> Self {
-        self.budget = Some(budget);
+        self.budget = Some(Box::new(budget));
         self
     }
 
