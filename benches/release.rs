@@ -51,7 +51,10 @@ fn trained_ledger(n: u64) -> Ledger {
 fn main() {
     let mut c = Criterion::default().configure_from_args().sample_size(10);
     let ledger = trained_ledger(examples());
-    let bound = ledger.worst_case(1e-5, Conversion::Improved).unwrap().epsilon;
+    let bound = ledger
+        .worst_case(1e-5, Conversion::Improved)
+        .unwrap()
+        .epsilon;
     let epsilons = ledger.all_epsilons(1e-5, Conversion::Improved).unwrap();
     let mut request = ReleaseRequest {
         mean: Some(MeanRequest { rho: 0.0025 }),
