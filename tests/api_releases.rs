@@ -414,6 +414,13 @@ fn a_release_never_retires_examples_behind_the_trainers_back() {
     );
     assert_eq!(owner_privacy(&server, &owner, 0), before);
     let retired_before = get(&url(&server, ""), Some(&curator)).body["status"]["retired"].clone();
+    // A resuming trainer can tell retirements from zero norms.
+    let th = get(&url(&server, "/thresholds"), Some(&curator)).body;
+    let listed = th["retired"].as_array().unwrap();
+    assert_eq!(json!(listed.len()), retired_before, "{th:?}");
+    assert!(listed
+        .iter()
+        .all(|id| th["thresholds"][id.as_u64().unwrap() as usize] == 0.0));
     let r = post(
         &url(&server, "/releases"),
         Some(&curator),

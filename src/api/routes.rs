@@ -88,6 +88,9 @@ pub struct Thresholds {
     pub next_step: u64,
     /// Threshold of ids `start, start+1, ...` (0 for retired examples).
     pub thresholds: Vec<f64>,
+    /// The ids of the range that the individual filter retired: leave them out of
+    /// batches (a threshold of 0 alone may also mean a last norm of 0).
+    pub retired: Vec<u64>,
 }
 
 /// Full-batch norms for a refresh (spec §3.5).
@@ -290,6 +293,7 @@ async fn thresholds(
         start,
         next_step: ledger.next_step(),
         thresholds,
+        retired: ledger.retired_in(start..end),
     }))
 }
 

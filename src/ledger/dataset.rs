@@ -1401,6 +1401,15 @@ impl Ledger {
             .collect())
     }
 
+    /// The ids in `range` that the individual filter retired (threshold 0 for good,
+    /// unlike an example whose last norm was 0): `O(range)`.
+    pub fn retired_in(&self, range: Range<u64>) -> Vec<u64> {
+        let end = range.end.min(self.n as u64);
+        (range.start.min(end)..end)
+            .filter(|&id| self.flags[id as usize] & RETIRED != 0)
+            .collect()
+    }
+
     /// Epsilon and optimal order of every example, by id: `O(n × #orders)`.
     pub fn epsilons(
         &self,

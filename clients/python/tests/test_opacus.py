@@ -186,6 +186,9 @@ def test_retired_examples_are_left_out(server, admin: Client, new_id, tmp_path):
     assert run.next_step == steps
     assert len(run.retired_at) > 0
     assert int(run.retired.sum()) == len(run.retired_at) == admin.get_dataset(ds).status.retired
+    # A run resumed from the server knows the same retirements (not just zero thresholds).
+    resumed = LedgerRun(admin, ds)
+    assert torch.equal(resumed.retired, run.retired)
     for step, ids in run.history:
         late = [i for i in ids if run.retired_at.get(i, steps + 1) <= step]
         assert not late, f"step {step} sampled retired examples {late}"

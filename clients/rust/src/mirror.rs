@@ -34,9 +34,17 @@ impl ThresholdMirror {
         }
     }
 
+    /// Mark `ids` retired (as listed by `GET .../thresholds` when resuming), so the
+    /// trainer stops sampling them. Ids out of range are refused.
+    pub fn mark_retired(&mut self, ids: &[u64]) -> Result<()> {
+        self.check_ids(&[], &[], ids)?;
+        self.apply(&[], &[], ids);
+        Ok(())
+    }
+
     /// A mirror of thresholds read from the server (`GET .../thresholds`), e.g. to
-    /// resume a run. The server does not say which zero thresholds are retirements,
-    /// so none is marked retired: such examples are clipped to zero all the same.
+    /// resume a run. Retirements are marked separately ([`Self::mark_retired`]):
+    /// a zero threshold alone may also mean a last norm of 0.
     pub fn from_thresholds(
         max_grad_norm: f64,
         thresholds: Vec<f64>,

@@ -43,6 +43,7 @@ impl TrainingSession {
         }
         let n = view.config.examples;
         let mut thresholds = Vec::with_capacity(n as usize);
+        let mut retired = Vec::new();
         let mut next_step = None;
         let mut start = 0;
         while start < n {
@@ -62,13 +63,15 @@ impl TrainingSession {
                 ));
             }
             thresholds.extend(page.thresholds);
+            retired.extend(page.retired);
             start = end;
         }
-        let mirror = ThresholdMirror::from_thresholds(
+        let mut mirror = ThresholdMirror::from_thresholds(
             view.config.max_grad_norm,
             thresholds,
             next_step.unwrap_or(view.status.steps),
         )?;
+        mirror.mark_retired(&retired)?;
         Ok(Self {
             client,
             dataset: dataset.to_string(),

@@ -280,6 +280,10 @@ pub struct Thresholds {
     pub next_step: u64,
     /// Thresholds of ids `start, start+1, ...` (0 for retired examples).
     pub thresholds: Vec<f64>,
+    /// Ids of the range the individual filter retired (a threshold of 0 alone
+    /// may also mean a last norm of 0).
+    #[serde(default)]
+    pub retired: Vec<u64>,
 }
 
 /// Body of `POST /v1/datasets/{d}/refresh`.

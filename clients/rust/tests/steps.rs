@@ -287,6 +287,14 @@ async fn mirror_applies_thresholds_and_retirements() {
     let resumed = TrainingSession::open(trainer, "f").await.unwrap();
     assert_eq!(resumed.next_step(), 40);
     assert_eq!(resumed.mirror().thresholds(), session.mirror().thresholds());
+    // … and knows which examples are retired, not merely at threshold 0.
+    assert_eq!(
+        resumed.mirror().retired_count(),
+        session.mirror().retired_count()
+    );
+    for &id in &retired_seen {
+        assert!(resumed.mirror().is_retired(id));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

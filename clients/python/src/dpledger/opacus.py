@@ -136,6 +136,7 @@ class LedgerRun:
         self.sample_rate = float(self.config.sampling.rate)
         self.thresholds = torch.empty(self.examples, dtype=torch.float64)
         next_step = None
+        resumed_retired: List[int] = []
         for start in range(0, self.examples, _THRESHOLD_PAGE):
             end = min(self.examples, start + _THRESHOLD_PAGE)
             page = client.thresholds(dataset, start=start, end=end)
@@ -143,9 +144,12 @@ class LedgerRun:
                 raise RuntimeError("the ledger advanced while its thresholds were read")
             next_step = page.next_step
             self.thresholds[start:end] = torch.tensor(page.thresholds, dtype=torch.float64)
+            resumed_retired.extend(page.retired)
         self.next_step: int = int(next_step or 0)
         #: Examples the server announced as retired (threshold 0; never sampled).
         self.retired = torch.zeros(self.examples, dtype=torch.bool)
+        if resumed_retired:
+            self.retired[torch.tensor(resumed_retired, dtype=torch.long)] = True
         #: id -> the first step from which it is retired (announced by this run).
         self.retired_at: dict = {}
         self.duplicates = 0

@@ -249,6 +249,7 @@ class Thresholds:
     start: int
     next_step: int
     thresholds: List[float]
+    retired: List[int]
 
 
 @dataclass
