@@ -5,14 +5,14 @@
 //! together or not at all.
 
 use super::problem::Problem;
-use super::state::{store_problem, AppState, Dataset};
+use super::state::{AppState, Dataset};
 use crate::accounting::Conversion;
 use crate::ledger::Ledger;
 use crate::release::{
     compute, rdp_of_rho, BudgetStatus, LabelAssignment, Labels, Release, ReleasePolicy,
     ReleaseRequest, ReleaseTrigger, Statistics,
 };
-use crate::store::{Record, RecordKind, StoreError};
+use crate::store::{Record, RecordKind};
 use axum::http::StatusCode;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -74,7 +74,12 @@ fn book_write(ds: &Dataset) -> std::sync::RwLockWriteGuard<'_, ReleaseBook> {
     ds.book.write().unwrap_or_else(|e| e.into_inner())
 }
 
-fn record(dataset: &str, kind: RecordKind, payload: &impl Serialize) -> Result<Record, Problem> {
+/// A record with a JSON payload (release, budget, labels, policy).
+pub(super) fn json_record(
+    dataset: &str,
+    kind: RecordKind,
+    payload: &impl Serialize,
+) -> Result<Record, Problem> {
     Ok(Record {
         dataset: dataset.to_string(),
         kind,
@@ -187,6 +192,89 @@ pub(super) fn export_gauges(dataset: &str, book: &ReleaseBook) {
     }
 }
 
+/// Check a release against the budget, the labels and the ledger, and compute
+/// its values: everything but persisting and charging. Synchronous, so the book's
+/// read guard is held throughout (the book only changes under the ledger's write
+/// lock, which the caller holds) and the labels are read in place, not copied.
+fn prepare_release(
+    ds: &Dataset,
+    ledger: &Ledger,
+    request: ReleaseRequest,
+    trigger: ReleaseTrigger,
+) -> Result<Release, Problem> {
+    let rho = request.rho();
+    let book = book_read(ds);
+    let budget = book.budget;
+    if !budget.allows(rho) {
+        let detail = match budget.rho_budget {
+            None => format!(
+                "dataset {:?} has no release budget yet: a curator sets one with PUT \
+                 /v1/datasets/{}/release-budget (this release would cost rho = {rho})",
+                ds.id, ds.id
+            ),
+            Some(b) => format!(
+                "this release costs rho = {rho} but {} of the budget {b} is spent \
+                 ({} left)",
+                budget.rho_spent,
+                (b - budget.rho_spent).max(0.0)
+            ),
+        };
+        return Err(Problem::conflict(detail).with_budget(BudgetRefusal {
+            rho_spent: budget.rho_spent,
+            rho_requested: rho,
+            rho_budget: budget.rho_budget,
+        }));
+    }
+    if request.by_group && book.labels.is_empty() {
+        return Err(Problem::conflict(format!(
+            "by_group needs labels, and dataset {:?} has none: assign them with PUT \
+             /v1/datasets/{}/labels",
+            ds.id, ds.id
+        ))
+        .with_field("by_group"));
+    }
+    ledger.check_release()?;
+    // A trainer learns of retirements only from step answers (a retried step's
+    // answer included): one caused by a release would be clipped at its old
+    // threshold yet charged nothing. So a release never retires anyone.
+    let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho));
+    if would_retire > 0 {
+        return Err(Problem::conflict(format!(
+            "this release would push {would_retire} examples so close to their individual \
+             budget that the filter would retire them; releases never retire examples \
+             (trainers learn of retirements only from step answers): spend less rho"
+        )));
+    }
+    let delta = request.delta.unwrap_or(ledger.config().delta);
+    let conversion = Conversion::default();
+    let bound = ledger.worst_case(delta, conversion)?.epsilon;
+    if ledger.next_step() == 0 || !(bound.is_finite() && bound > 0.0) {
+        return Err(Problem::conflict(format!(
+            "nothing to release: {} steps, worst-case epsilon {bound} at delta {delta} \
+             (releases need at least one step and a finite worst case)",
+            ledger.next_step()
+        )));
+    }
+    let values = blocking(|| -> Result<_, Problem> {
+        let epsilons = ledger.all_epsilons(delta, conversion)?;
+        let mut rng = rand::rngs::StdRng::from_os_rng();
+        Ok(compute(&mut rng, &request, &epsilons, bound, &book.labels))
+    })?;
+    Ok(Release {
+        id: budget.releases + 1,
+        step: ledger.next_step(),
+        released_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        trigger,
+        request,
+        delta,
+        bound,
+        rho,
+        values,
+    })
+}
+
 /// Run `f` where blocking is allowed: an `O(n)` pass over a large dataset must not
 /// stall the runtime's other tasks.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -223,86 +311,9 @@ impl AppState {
         trigger: ReleaseTrigger,
     ) -> Result<ReleaseOutcome, Problem> {
         request.validate()?;
-        let rho = request.rho();
-        let (budget, labels) = {
-            let book = book_read(ds);
-            (book.budget, book.labels.clone())
-        };
-        if !budget.allows(rho) {
-            let detail = match budget.rho_budget {
-                None => format!(
-                    "dataset {:?} has no release budget yet: a curator sets one with PUT \
-                     /v1/datasets/{}/release-budget (this release would cost rho = {rho})",
-                    ds.id, ds.id
-                ),
-                Some(b) => format!(
-                    "this release costs rho = {rho} but {} of the budget {b} is spent \
-                     ({} left)",
-                    budget.rho_spent,
-                    (b - budget.rho_spent).max(0.0)
-                ),
-            };
-            return Err(Problem::conflict(detail).with_budget(BudgetRefusal {
-                rho_spent: budget.rho_spent,
-                rho_requested: rho,
-                rho_budget: budget.rho_budget,
-            }));
-        }
-        if request.by_group && labels.is_empty() {
-            return Err(Problem::conflict(format!(
-                "by_group needs labels, and dataset {:?} has none: assign them with PUT \
-                 /v1/datasets/{}/labels",
-                ds.id, ds.id
-            ))
-            .with_field("by_group"));
-        }
-        ledger.check_release()?;
-        // A trainer learns of retirements only from step answers (a retried step's
-        // answer included): one caused by a release would be clipped at its old
-        // threshold yet charged nothing. So a release never retires anyone.
-        let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho));
-        if would_retire > 0 {
-            return Err(Problem::conflict(format!(
-                "this release would push {would_retire} examples so close to their individual \
-                 budget that the filter would retire them; releases never retire examples \
-                 (trainers learn of retirements only from step answers): spend less rho"
-            )));
-        }
-        let delta = request.delta.unwrap_or(ledger.config().delta);
-        let conversion = Conversion::default();
-        let bound = ledger.worst_case(delta, conversion)?.epsilon;
-        if ledger.next_step() == 0 || !(bound.is_finite() && bound > 0.0) {
-            return Err(Problem::conflict(format!(
-                "nothing to release: {} steps, worst-case epsilon {bound} at delta {delta} \
-                 (releases need at least one step and a finite worst case)",
-                ledger.next_step()
-            )));
-        }
-        let values = blocking(|| -> Result<_, Problem> {
-            let epsilons = ledger.all_epsilons(delta, conversion)?;
-            let mut rng = rand::rngs::StdRng::from_os_rng();
-            Ok(compute(&mut rng, &request, &epsilons, bound, &labels))
-        })?;
-        let release = Release {
-            id: budget.releases + 1,
-            step: ledger.next_step(),
-            released_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            trigger,
-            request,
-            delta,
-            bound,
-            rho,
-            values,
-        };
-        let rec = record(&ds.id, RecordKind::Release, &release)?;
-        if let Err(e) = self.persist(vec![rec]).await {
-            if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                ds.stale.store(true, Ordering::Release);
-            }
-            return Err(store_problem(e));
-        }
+        let release = prepare_release(ds, ledger, request, trigger)?;
+        let rec = json_record(&ds.id, RecordKind::Release, &release)?;
+        self.persist_change(ds, vec![rec]).await?;
         let mut book = book_write(ds);
         apply_release(ledger, &mut book, release.clone()).map_err(|e| {
             tracing::error!(dataset = ds.id, error = %e, "release persisted but not applied");
@@ -357,14 +368,9 @@ impl AppState {
         let mut ledger = ds.ledger.write().await;
         self.locked_checks(&ds, &mut ledger).await?;
         check(&ledger, &book_read(&ds))?;
-        let rec = record(id, kind, payload)?;
+        let rec = json_record(id, kind, payload)?;
         let bytes = rec.payload.clone();
-        if let Err(e) = self.persist(vec![rec]).await {
-            if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                ds.stale.store(true, Ordering::Release);
-            }
-            return Err(store_problem(e));
-        }
+        self.persist_change(&ds, vec![rec]).await?;
         let mut book = book_write(&ds);
         if let Err(e) = apply_setting(&ledger, &mut book, kind, &bytes) {
             tracing::error!(dataset = id, error = %e, "setting persisted but not applied");

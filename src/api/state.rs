@@ -10,7 +10,9 @@
 
 use super::problem::Problem;
 pub use super::releases::ReleaseBook;
-use super::releases::{apply_release, apply_setting, export_gauges, BudgetPayload, PolicyPayload};
+use super::releases::{
+    apply_release, apply_setting, export_gauges, json_record, BudgetPayload, PolicyPayload,
+};
 use crate::ledger::{DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport};
 use crate::release::{LabelAssignment, ReleasePolicy};
 use crate::store::codec::StepPayload;
@@ -244,6 +246,22 @@ impl AppState {
         Ok(())
     }
 
+    /// Persist a change to `ds` (whose write lock the caller holds). When the
+    /// commit's outcome is unknown the change may be in the log, so the dataset is
+    /// marked stale and reloaded before anything else touches it.
+    pub(super) async fn persist_change(
+        &self,
+        ds: &Dataset,
+        records: Vec<Record>,
+    ) -> Result<(), Problem> {
+        self.persist(records).await.map_err(|e| {
+            if matches!(e, StoreError::OutcomeUnknown { .. }) {
+                ds.stale.store(true, Ordering::Release);
+            }
+            store_problem(e)
+        })
+    }
+
     /// Rebuild one dataset's ledger and release book from the log into `ds`; the
     /// caller holds the dataset's write lock (`ledger`).
     pub(super) async fn reload_into(
@@ -452,13 +470,8 @@ impl AppState {
             part: None,
             payload: payload.encode(),
         };
-        if let Err(e) = self.persist(vec![record]).await {
-            if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                // The refresh may be in the log: memory must catch up before anything else.
-                ds.stale.store(true, Ordering::Release);
-            }
-            return Err(store_problem(e));
-        }
+        // The refresh may be in the log even on error: memory then catches up first.
+        self.persist_change(&ds, vec![record]).await?;
         ledger.refresh(&payload.ids, &payload.norms).map_err(|e| {
             tracing::error!(dataset = id, error = %e, "refresh persisted but not applied");
             ds.stale.store(true, Ordering::Release);
@@ -484,12 +497,7 @@ impl AppState {
             part: None,
             payload: Vec::new(),
         };
-        if let Err(e) = self.persist(vec![record]).await {
-            if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                ds.stale.store(true, Ordering::Release);
-            }
-            return Err(store_problem(e));
-        }
+        self.persist_change(&ds, vec![record]).await?;
         ds.archived.store(true, Ordering::Release);
         Ok(())
     }
@@ -617,17 +625,6 @@ pub struct DatasetSetup {
     pub labels: Option<Vec<Option<String>>>,
     /// Automatic release policy.
     pub release_policy: Option<ReleasePolicy>,
-}
-
-fn json_record(id: &str, kind: RecordKind, payload: &impl Serialize) -> Result<Record, Problem> {
-    Ok(Record {
-        dataset: id.to_string(),
-        kind,
-        step: None,
-        part: None,
-        payload: serde_json::to_vec(payload)
-            .map_err(|e| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
-    })
 }
 
 impl DatasetSetup {
