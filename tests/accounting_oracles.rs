@@ -5,6 +5,8 @@
 //! committed so these tests need no Python. Nothing here compares the code with
 //! itself.
 
+mod oracle;
+
 use dpledger::accounting::calibrate::noise_for_epsilon;
 use dpledger::accounting::composition::{compose, Event};
 use dpledger::accounting::conversion::{
@@ -12,19 +14,8 @@ use dpledger::accounting::conversion::{
 };
 use dpledger::accounting::orders::default_orders;
 use dpledger::accounting::sgm::sgm_rdp;
+use oracle::{f, fixture};
 use serde_json::Value;
-
-fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn f(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("missing number {key} in {v}"))
-}
 
 fn floats(v: &Value) -> Vec<f64> {
     v.as_array()

@@ -255,3 +255,59 @@ fn every_endpoint_checks_the_exact_object() {
         200
     );
 }
+
+/// Issue 15.5: a request is authorised before its query string or path is
+/// validated, so a caller without access to the object learns nothing from
+/// validation (403, never 400); one with access gets the 400 that says what was
+/// wrong.
+#[test]
+fn queries_and_paths_are_validated_only_after_authorisation() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    create_small_datasets(&server, &["a", "b"]);
+    let viewer_a = server.token("viewer", Some("a"), None);
+    let viewer_b = server.token("viewer", Some("b"), None);
+    let trainer_a = server.token("trainer", Some("a"), None);
+    let trainer_b = server.token("trainer", Some("b"), None);
+    let curator_a = server.token("curator", Some("a"), None);
+    let owner_a3 = server.token("owner", Some("a"), Some("3"));
+    let url = |path: &str| format!("{}{path}", server.url);
+    // (path on dataset a with a malformed query or path, token without access, token with access)
+    let cases = [
+        ("/v1/datasets/a/worst-case?delta=abc", &viewer_b, &viewer_a),
+        ("/v1/datasets/a/worst-case?delta=2", &viewer_b, &viewer_a),
+        (
+            "/v1/datasets/a/thresholds?start=x&end=4",
+            &trainer_b,
+            &trainer_a,
+        ),
+        ("/v1/datasets/a/releases?limit=abc", &viewer_b, &viewer_a),
+        (
+            "/v1/datasets/a/examples/3/privacy?delta=abc",
+            &viewer_b,
+            &owner_a3,
+        ),
+        ("/v1/datasets/a/examples/abc/privacy", &owner_a3, &curator_a),
+        (
+            "/v1/datasets/a/examples/abc/privacy?delta=abc",
+            &viewer_a,
+            &curator_a,
+        ),
+    ];
+    for (path, outsider, insider) in cases {
+        let refused = get(&url(path), Some(outsider));
+        assert_eq!(refused.status, 403, "{path}: {:?}", refused.body);
+        assert_eq!(refused.content_type, "application/problem+json");
+        let invalid = get(&url(path), Some(insider));
+        assert_eq!(invalid.status, 400, "{path}: {:?}", invalid.body);
+        assert!(
+            invalid.body["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("invalid")
+                || invalid.body["field"].is_string(),
+            "{path}: {:?}",
+            invalid.body
+        );
+    }
+}

@@ -132,8 +132,8 @@ fn release_cost_reaches_every_owner_and_the_worst_case() {
         floats(&after["example"]["rdp"]),
     );
     let (w0, w1) = (
-        floats(&before["worst_case"]["rdp"]),
-        floats(&after["worst_case"]["rdp"]),
+        floats(&before["worst_case"]["rdp"]["rdp"]),
+        floats(&after["worst_case"]["rdp"]["rdp"]),
     );
     let config_orders = dpledger::accounting::orders::ledger_orders();
     assert_eq!(rdp0.len(), config_orders.len());
@@ -207,7 +207,7 @@ fn release_cost_reaches_every_owner_and_the_worst_case() {
     assert!(mean_of(&groups[1]) < mean_of(&groups[0]), "{groups:?}");
 
     // Prometheus gauges carry the latest release.
-    let metrics = agent_text(&format!("{}/metrics", server.url));
+    let metrics = metrics_text(&server);
     assert!(
         metrics.contains("dpledger_release_mean{dataset=\"d\",group=\"even\"}"),
         "{metrics}"
@@ -228,12 +228,17 @@ fn release_cost_reaches_every_owner_and_the_worst_case() {
         list_before
     );
     assert_eq!(owner_privacy(&server, &owner, 7), privacy_before);
-    assert!(agent_text(&format!("{}/metrics", server.url))
-        .contains("dpledger_release_mean{dataset=\"d\",group=\"odd\"}"));
+    assert!(metrics_text(&server).contains("dpledger_release_mean{dataset=\"d\",group=\"odd\"}"));
 }
 
-fn agent_text(url: &str) -> String {
-    ureq::get(url).call().unwrap().into_string().unwrap()
+/// `/metrics` with the server's admin token (it needs an admin or metrics token).
+fn metrics_text(server: &Server) -> String {
+    ureq::get(&format!("{}/metrics", server.url))
+        .set("Authorization", &format!("Bearer {}", server.admin_token()))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap()
 }
 
 #[test]
@@ -387,15 +392,7 @@ fn a_policy_releases_every_n_steps_until_the_budget_is_spent() {
 fn a_release_never_retires_examples_behind_the_trainers_back() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), None);
-    let admin = server.admin_token();
-    let mut config = poisson_config(N, 0.1, 1.0);
-    config["individual_budget"] = json!({"epsilon": 3.0, "delta": 1e-5});
-    let r = post(
-        &format!("{}/v1/datasets", server.url),
-        Some(&admin),
-        &json!({"id": "d", "config": config, "release_budget": {"rho": 10.0}}),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body);
+    create_with_individual_budget(&server, json!({}));
     run_steps(&server, 0, 5);
     let curator = server.token("curator", Some("d"), None);
     let owner = server.token("owner", Some("d"), Some("0"));
@@ -429,4 +426,63 @@ fn a_release_never_retires_examples_behind_the_trainers_back() {
     assert_eq!(r.status, 201, "{:?}", r.body);
     let status = get(&url(&server, ""), Some(&curator)).body;
     assert_eq!(status["status"]["retired"], retired_before, "{status:?}");
+}
+
+/// Issue 15.2: a refused policy release's reason reaches viewers and owners
+/// without data-dependent numbers (how many examples are near their individual
+/// budget depends on individual epsilons); curators and admins read the detail.
+#[test]
+fn viewers_read_a_refused_policy_release_without_data_dependent_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let admin = server.admin_token();
+    create_with_individual_budget(
+        &server,
+        json!({"release_policy": {"every_steps": 5, "request": {"mean": {"rho": 1.0}}}}),
+    );
+    run_steps(&server, 0, 5);
+    let curator = server.token("curator", Some("d"), None);
+    let viewer = server.token("viewer", Some("d"), None);
+    let owner = server.token("owner", Some("d"), Some("0"));
+    let detail = get(&url(&server, "/release-policy"), Some(&curator)).body["policy_error"]
+        .as_str()
+        .expect("the policy's release was refused")
+        .to_string();
+    assert!(
+        detail.contains("retire") && detail.chars().any(|c| c.is_ascii_digit()),
+        "curators read the count: {detail}"
+    );
+    assert_eq!(
+        get(&url(&server, "/releases"), Some(&admin)).body["policy_error"],
+        json!(detail)
+    );
+    for token in [&viewer, &owner] {
+        for path in ["/release-policy", "/releases"] {
+            let body = get(&url(&server, path), Some(token)).body;
+            let reason = body["policy_error"].as_str().expect("a reason").to_string();
+            assert!(reason.contains("individual budget"), "{path}: {reason}");
+            assert!(
+                !reason.chars().any(|c| c.is_ascii_digit()),
+                "{path}: a number reached a viewer or owner: {reason}"
+            );
+            assert_ne!(reason, detail);
+        }
+    }
+}
+
+/// Create dataset `d` with an individual budget (epsilon 3, delta 1e-5), a release
+/// budget of rho 10 and the creation fields in `extra`.
+fn create_with_individual_budget(server: &Server, extra: Value) {
+    let mut config = poisson_config(N, 0.1, 1.0);
+    config["individual_budget"] = json!({"epsilon": 3.0, "delta": 1e-5});
+    let mut body = json!({"id": "d", "config": config, "release_budget": {"rho": 10.0}});
+    for (key, value) in extra.as_object().expect("an object") {
+        body[key] = value.clone();
+    }
+    let r = post(
+        &format!("{}/v1/datasets", server.url),
+        Some(&server.admin_token()),
+        &body,
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
 }

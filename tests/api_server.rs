@@ -387,3 +387,119 @@ fn a_stale_process_reloads_from_the_log_instead_of_double_applying() {
     let status = get(&format!("{}/v1/datasets/shared", b.url), Some(&admin));
     assert_eq!(status.body["status"]["steps"], 2);
 }
+
+/// Issue 15.4: answers the router writes by itself (405 for a known path with a
+/// method it does not serve, 404 for an unknown path) are problem documents too.
+#[test]
+fn every_error_is_a_problem_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let admin = server.admin_token();
+    assert_eq!(
+        create(&server, &admin, "d", poisson_config(10, 0.5, 1.0)).status,
+        201
+    );
+    let send = |method: &str, path: &str| {
+        let answer = ureq::request(method, &format!("{}{path}", server.url))
+            .set("Authorization", &format!("Bearer {admin}"))
+            .call();
+        let response = match answer {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let status = response.status();
+        let content_type = response.header("content-type").unwrap_or("").to_string();
+        let allow = response.header("allow").map(String::from);
+        let body: Value =
+            serde_json::from_str(&response.into_string().unwrap()).unwrap_or(Value::Null);
+        (status, content_type, allow, body)
+    };
+    for (method, path, status) in [
+        ("DELETE", "/v1/datasets/d", 405),
+        ("PATCH", "/v1/datasets/d/labels", 405),
+        ("PUT", "/v1/datasets/d/steps", 405),
+        ("GET", "/v1/no-such-thing", 404),
+        ("GET", "/v1/datasets/d/nope", 404),
+    ] {
+        let (got, content_type, allow, body) = send(method, path);
+        assert_eq!(got, status, "{method} {path}: {body}");
+        assert_eq!(content_type, "application/problem+json", "{method} {path}");
+        assert_eq!(body["status"], status, "{method} {path}: {body}");
+        let detail = body["detail"].as_str().unwrap_or("");
+        assert!(!detail.is_empty(), "{method} {path}: {body}");
+        assert!(body["type"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("urn:dpledger:problem:"));
+        if status == 405 {
+            let allow = allow.expect("405 keeps its Allow header");
+            assert!(detail.contains(method), "{detail}");
+            assert!(detail.contains(&allow), "{detail} vs {allow}");
+        }
+    }
+}
+
+/// Issue 15.6: `/metrics` names every dataset with a release and its groups, so
+/// on the main listener it needs an admin or a metrics token (a metrics token can
+/// do nothing else); `--metrics-listen` serves it without a token on a separate
+/// address meant only for the scraper.
+#[test]
+fn metrics_need_a_token_unless_served_on_their_own_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, printed) = Server::start_with(dir.path(), &["--metrics-listen", "127.0.0.1:0"], 1);
+    let admin = server.admin_token();
+    assert_eq!(
+        create(&server, &admin, "d", poisson_config(10, 0.5, 1.0)).status,
+        201
+    );
+    let metrics = format!("{}/metrics", server.url);
+    let anonymous = get(&metrics, None);
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.content_type, "application/problem+json");
+    let viewer = server.token("viewer", Some("d"), None);
+    assert_eq!(get(&metrics, Some(&viewer)).status, 403);
+    let scraper = server.token("metrics", None, None);
+    let scrape = |token: Option<&str>, url: &str| {
+        let mut req = ureq::get(url);
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let r = req.call().expect("metrics answer 200");
+        (r.status(), r.into_string().unwrap())
+    };
+    let (status, text) = scrape(Some(&scraper), &metrics);
+    assert_eq!(status, 200);
+    assert!(text.contains("dpledger_"), "{text}");
+    assert_eq!(scrape(Some(&admin), &metrics).0, 200);
+    // A metrics token reads nothing else, not even the stateless accountant.
+    assert_eq!(
+        get(
+            &format!("{}/v1/datasets/d/worst-case", server.url),
+            Some(&scraper)
+        )
+        .status,
+        403
+    );
+    assert_eq!(
+        post(
+            &format!("{}/v1/accountant/epsilon", server.url),
+            Some(&scraper),
+            &json!({"events": [{"sampling_rate": 0.1, "noise_multiplier": 1.0, "steps": 10}], "delta": 1e-5})
+        )
+        .status,
+        403
+    );
+    // The separate listener serves the same exposition without a token, and only it.
+    let address = printed[0]
+        .strip_prefix("dpledger metrics on ")
+        .expect("the metrics address is printed");
+    let (status, open_text) = scrape(None, address);
+    assert_eq!(status, 200);
+    assert!(open_text.contains("dpledger_"), "{open_text}");
+    let other = get(
+        &address.replace("/metrics", "/v1/datasets/d/worst-case"),
+        Some(&admin),
+    );
+    assert_eq!(other.status, 404);
+}

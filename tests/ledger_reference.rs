@@ -1437,21 +1437,35 @@ fn replay_parses_a_trace_end_to_end() {
         .step(&StepReport::new(3, vec![0, 1, 2, 3, 4], vec![0.1; 5]))
         .unwrap();
     let w = ledger.worst_case(DELTA, Conversion::Improved).unwrap();
-    assert_eq!(report.worst_case.epsilon, w.epsilon);
-    assert_eq!(report.worst_case.order, w.order);
+    assert_eq!(report.worst_case.rdp, w);
     assert_eq!(report.steps, 4);
+    // The PLD worst case: a proven bound, below the RDP one here, reported as
+    // the worst case; each example gets min(its RDP epsilon, the PLD worst case).
+    let pld = report.worst_case.pld.expect("a PLD worst case").epsilon;
+    assert!(pld > 0.0 && pld < w.epsilon, "{pld} vs {}", w.epsilon);
+    assert_eq!(report.worst_case.epsilon, pld);
     for (i, e) in report.examples.iter().enumerate() {
         let p = ledger
             .privacy(i as u64, DELTA, Conversion::Improved)
             .unwrap();
-        assert_eq!((e.id, e.epsilon, e.order), (i as u64, p.epsilon, p.order));
+        assert_eq!(
+            (e.id, e.rdp_epsilon, e.order),
+            (i as u64, p.epsilon, p.order)
+        );
+        assert_eq!(e.epsilon, p.epsilon.min(pld));
+        let by_pld = e.bound == dpledger::ledger::Bound::WorstCasePld;
+        assert_eq!(by_pld, pld < p.epsilon, "example {i}");
     }
     assert!(report.examples[0].epsilon < report.worst_case.epsilon);
     let json = serde_json::to_value(&report).unwrap();
     let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["examples", "worst_case"]);
-    assert_eq!(json["worst_case"].as_object().unwrap().len(), 2);
-    assert_eq!(json["examples"][3].as_object().unwrap().len(), 3);
+    assert_eq!(json["worst_case"]["method"], "pld");
+    assert_eq!(
+        json["worst_case"]["rdp"]["epsilon"].as_f64(),
+        Some(w.epsilon)
+    );
+    assert_eq!(json["examples"][3].as_object().unwrap().len(), 5);
     assert_eq!(json["examples"][3]["id"], 3);
     let text = report.to_text();
     assert!(

@@ -9,6 +9,8 @@
 //! test is worse than a red one. Set `DPLEDGER_SKIP_POSTGRES=1` to skip them
 //! explicitly (for example on a laptop without PostgreSQL).
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
@@ -538,4 +540,104 @@ fn a_duplicate_fails_only_its_caller_within_a_group_commit() {
     let loaded = load_all(&*store).unwrap();
     assert_contiguous(&loaded);
     assert_eq!(loaded.len(), 3 + (threads - 8) * 2);
+}
+
+/// Issue 15.1: a process killed while its COMMIT is in flight leaves a backend that
+/// still finishes the commit, possibly after the restarted process has loaded the
+/// log. Made deterministic with a deferred constraint trigger that sleeps at COMMIT
+/// for refresh records: the server is killed while the refresh's COMMIT sleeps and
+/// restarted at once. The restarted server must serve the refreshed threshold
+/// (0.05), not the one from before the refresh (1.0): otherwise the trainer clips at
+/// 1.0 while the log charges at 0.05, and the served epsilon is below the truth.
+#[test]
+fn a_commit_in_flight_when_the_server_dies_is_seen_after_restart() {
+    use common::{get, poisson_config, post, Server};
+    use serde_json::json;
+    let Some(schema) = TestSchema::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), Some(&schema.url));
+    let admin = server.admin_token();
+    let created = post(
+        &format!("{}/v1/datasets", server.url),
+        Some(&admin),
+        &json!({"id": "d", "config": poisson_config(4, 0.5, 1.0)}),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let stepped = post(
+        &format!("{}/v1/datasets/d/steps", server.url),
+        Some(&admin),
+        &json!({"step": 0, "ids": [1], "norms": [2.0]}),
+    );
+    assert_eq!(stepped.status, 200, "{:?}", stepped.body);
+
+    let kind = RecordKind::Refresh as i16;
+    let (url, schema_name) = (schema.url.clone(), schema.schema.clone());
+    std::thread::spawn(move || {
+        let mut raw = postgres::Client::connect(&url, NoTls).unwrap();
+        raw.batch_execute(&format!(
+            "CREATE FUNCTION slow_refresh() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.kind = {kind} THEN PERFORM pg_sleep(4); END IF; RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER slow_refresh AFTER INSERT ON dpledger_events
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_refresh();"
+        ))
+        .unwrap();
+    })
+    .join()
+    .unwrap();
+
+    let refresh_url = format!("{}/v1/datasets/d/refresh", server.url);
+    let token = admin.clone();
+    let refresh = std::thread::spawn(move || {
+        ureq::post(&refresh_url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .send_json(json!({"ids": [1], "norms": [0.05]}))
+            .map(|r| r.status())
+            .map_err(|e| matches!(e, ureq::Error::Transport(_)))
+    });
+    // Wait until the refresh's COMMIT is sleeping in the trigger (its row lock held).
+    let base = schema.base.clone();
+    std::thread::spawn(move || {
+        let mut watcher = postgres::Client::connect(&base, NoTls).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let sleeping: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE wait_event = 'PgSleep' AND query ILIKE 'commit%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if sleeping > 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the refresh's COMMIT never reached the sleeping trigger ({schema_name})"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    })
+    .join()
+    .unwrap();
+    server.kill();
+    let answer = refresh.join().unwrap();
+    assert!(
+        answer == Err(true),
+        "the refresh cannot have been answered: {answer:?}"
+    );
+
+    let restarted = Server::start(dir.path(), Some(&schema.url));
+    let served = get(
+        &format!("{}/v1/datasets/d/thresholds?start=0&end=4", restarted.url),
+        Some(&admin),
+    );
+    assert_eq!(served.status, 200, "{:?}", served.body);
+    assert_eq!(
+        served.body["thresholds"],
+        json!([1.0, 0.05, 1.0, 1.0]),
+        "the restarted server must include the commit that was in flight"
+    );
 }

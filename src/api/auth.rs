@@ -32,6 +32,16 @@ pub enum Role {
     Owner,
     /// Read DP-released aggregates and the worst case of one dataset.
     Viewer,
+    /// Scrape `/metrics` (server-wide, like admin) and nothing else: what a
+    /// Prometheus server holds, so that scraping needs no broader credential.
+    Metrics,
+}
+
+impl Role {
+    /// Server-wide roles name no dataset; every other role is bound to one.
+    pub fn server_wide(self) -> bool {
+        matches!(self, Role::Admin | Role::Metrics)
+    }
 }
 
 /// The claims of a dpledger token.
@@ -68,8 +78,10 @@ pub enum Access<'a> {
     Example(&'a str, u64),
     /// Read DP-released aggregates and the worst case.
     View(&'a str),
-    /// Use the stateless accountant (any valid token).
+    /// Use the stateless accountant (any valid token but a metrics token).
     Accountant,
+    /// Scrape the Prometheus metrics (admin and metrics tokens).
+    Metrics,
 }
 
 impl Claims {
@@ -82,7 +94,8 @@ impl Claims {
         let own = |d: &str| self.dataset.as_deref() == Some(d);
         let allowed = match access {
             Access::Admin => false,
-            Access::Accountant => true,
+            Access::Metrics => self.role == Role::Metrics,
+            Access::Accountant => self.role != Role::Metrics,
             Access::Curate(d) => self.role == Role::Curator && own(d),
             Access::Train(d) => matches!(self.role, Role::Curator | Role::Trainer) && own(d),
             Access::Example(d, id) => match self.role {
@@ -102,6 +115,7 @@ impl Claims {
                     match access {
                         Access::Admin => "administration",
                         Access::Accountant => "the accountant",
+                        Access::Metrics => "scraping the metrics",
                         Access::Curate(_) => "curating this dataset",
                         Access::Train(_) => "training access to this dataset",
                         Access::Example(..) => "access to this example",
@@ -118,6 +132,12 @@ impl Claims {
         self.role == Role::Admin || self.dataset.as_deref() == Some(d)
     }
 }
+
+/// Default tolerance for clock skew between the token's issuer and this server
+/// when checking `exp`, in seconds. The JWT library's own default is 60 s, which
+/// made a token minted with `--ttl 1m` last two minutes; expiry is a security
+/// boundary, so the tolerance is explicit, small and set with `--token-leeway`.
+pub const DEFAULT_TOKEN_LEEWAY_SECONDS: u64 = 5;
 
 /// Verifies (and, with a local secret, mints) tokens.
 pub struct Authorizer {
@@ -141,6 +161,7 @@ impl Authorizer {
     pub fn hs256(secret: &[u8]) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_issuer(&[ISSUER]);
+        validation.leeway = DEFAULT_TOKEN_LEEWAY_SECONDS;
         Self {
             decoding: DecodingKey::from_secret(secret),
             encoding: Some(EncodingKey::from_secret(secret)),
@@ -160,6 +181,7 @@ impl Authorizer {
             other => anyhow::bail!("unsupported algorithm {other:?}: use EdDSA or RS256"),
         };
         let mut validation = Validation::new(algorithm);
+        validation.leeway = DEFAULT_TOKEN_LEEWAY_SECONDS;
         if let Some(iss) = issuer {
             validation.set_issuer(&[iss]);
         }
@@ -170,6 +192,18 @@ impl Authorizer {
         })
     }
 
+    /// Accept tokens up to `seconds` after their `exp` (clock skew between the
+    /// issuer and this server). See [`DEFAULT_TOKEN_LEEWAY_SECONDS`].
+    pub fn with_leeway(mut self, seconds: u64) -> Self {
+        self.validation.leeway = seconds;
+        self
+    }
+
+    /// The tolerance applied to `exp`, in seconds.
+    pub fn leeway(&self) -> u64 {
+        self.validation.leeway
+    }
+
     /// Verify a bearer token. Errors never echo the token.
     pub fn verify(&self, token: &str) -> Result<Claims, Problem> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
@@ -177,9 +211,14 @@ impl Authorizer {
                 Problem::unauthorized(format!("invalid bearer token: {}", describe(&e)))
             })?;
         let claims = data.claims;
-        if claims.role != Role::Admin && claims.dataset.is_none() {
+        if !claims.role.server_wide() && claims.dataset.is_none() {
             return Err(Problem::unauthorized(
                 "invalid bearer token: a non-admin token must name a dataset",
+            ));
+        }
+        if claims.role == Role::Metrics && claims.dataset.is_some() {
+            return Err(Problem::unauthorized(
+                "invalid bearer token: a metrics token is server-wide and names no dataset",
             ));
         }
         if claims.role == Role::Owner && claims.examples.as_ref().is_none_or(|e| e.is_empty()) {
@@ -233,8 +272,11 @@ pub fn claims_for(
     examples: Option<BTreeSet<u64>>,
     ttl_seconds: u64,
 ) -> anyhow::Result<Claims> {
-    if role != Role::Admin && dataset.is_none() {
+    if !role.server_wide() && dataset.is_none() {
         anyhow::bail!("--dataset is required for role {role:?}");
+    }
+    if role == Role::Metrics && dataset.is_some() {
+        anyhow::bail!("a metrics token is server-wide: leave out --dataset");
     }
     if role == Role::Owner && examples.as_ref().is_none_or(|e| e.is_empty()) {
         anyhow::bail!("--examples is required for role owner");
@@ -390,6 +432,30 @@ mod tests {
             .unwrap();
         assert!(verifier.verify(&hs).is_err());
         assert!(verifier.mint(&claims).is_err());
+    }
+
+    /// Mint claims for `role` that expired `ago` seconds ago.
+    fn expired(auth: &Authorizer, ago: u64) -> String {
+        let mut claims = claims_for("test", Role::Admin, None, None, 60).unwrap();
+        claims.iat = now_seconds() - ago - 60;
+        claims.exp = now_seconds() - ago;
+        auth.mint(&claims).unwrap()
+    }
+
+    #[test]
+    fn expired_tokens_are_refused_after_a_small_explicit_leeway() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        assert_eq!(auth.leeway(), DEFAULT_TOKEN_LEEWAY_SECONDS);
+        // Beyond the leeway (the library's default of 60 s accepted this one).
+        let late = expired(&auth, DEFAULT_TOKEN_LEEWAY_SECONDS + 10);
+        let refused = auth.verify(&late).unwrap_err();
+        assert_eq!(refused.status, 401);
+        assert!(refused.detail.contains("expired"), "{}", refused.detail);
+        // Configurable: an operator whose issuer's clock drifts may widen it.
+        let wide = Authorizer::hs256(b"0123456789abcdef0123456789abcdef").with_leeway(120);
+        assert!(wide.verify(&expired(&wide, 60)).is_ok());
+        let none = Authorizer::hs256(b"0123456789abcdef0123456789abcdef").with_leeway(0);
+        assert!(none.verify(&expired(&none, 2)).is_err());
     }
 
     #[test]

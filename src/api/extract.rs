@@ -53,17 +53,37 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     }
 }
 
-/// Query parameters; a malformed one is a 400.
+/// Query parameters, kept raw until the handler has authorised the request: a
+/// caller without access to the object gets 403 whatever its query says (and
+/// learns nothing from validation). [`ApiQuery::parse`] then answers 400 for a
+/// malformed one.
 #[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
+pub struct ApiQuery<T> {
+    raw: Option<String>,
+    wanted: std::marker::PhantomData<fn() -> T>,
+}
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+impl<T, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|q| ApiQuery(q.0))
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
+        Ok(ApiQuery {
+            raw: parts.uri.query().map(String::from),
+            wanted: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<T: DeserializeOwned> ApiQuery<T> {
+    /// Decode the query; call only after authorising. A malformed one is a 400.
+    pub fn parse(&self) -> Result<T, Problem> {
+        let uri: axum::http::Uri = match &self.raw {
+            Some(q) => format!("/?{q}").parse(),
+            None => "/".parse(),
+        }
+        .map_err(|_| Problem::bad_request("invalid query: not a valid URI query"))?;
+        axum::extract::Query::<T>::try_from_uri(&uri)
+            .map(|q| q.0)
             .map_err(|e: QueryRejection| {
                 Problem::bad_request(format!("invalid query: {}", e.body_text()))
             })
@@ -125,7 +145,7 @@ impl RawBody {
         if self.content_type.starts_with(BINARY_STEP) {
             let payload = crate::store::codec::StepPayload::decode(&self.bytes)
                 .map_err(|e| Problem::bad_request(format!("invalid binary step body: {e}")))?;
-            Ok(super::state::report_from_payload(payload))
+            Ok(crate::engine::report_from_payload(payload))
         } else {
             self.json()
         }

@@ -1,11 +1,40 @@
-//! The HTTP service: axum handlers, bearer-JWT authorisation, RFC 9457 errors and
-//! the OpenAPI document.
+//! The HTTP service: thin axum handlers that authorise the exact object a request
+//! touches, extract its input, call the [`crate::engine`] and answer; bearer-JWT
+//! authorisation; RFC 9457 errors; the OpenAPI document.
+//!
+//! | file | its one job |
+//! |---|---|
+//! | `routes.rs` | the router and OpenAPI document assembled; operational endpoints |
+//! | `dataset_routes.rs` | dataset, training and privacy-query endpoints |
+//! | `release_routes.rs` | release endpoints (releases, budget, labels, policy) |
+//! | `accountant_routes.rs` | the stateless accountant endpoints |
+//! | `accountant.rs` | the stateless accountant's requests and computations (shared with the CLI) |
+//! | `task.rs` | running a state change to completion when the client goes away |
+//! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
+//! | `extract.rs` | extractors that turn rejections into problems; raw bodies kept until authorised |
+//! | `auth.rs` | bearer tokens: verification, claims, roles and scopes |
+//! | `permissions.rs` | the one table of which endpoint authorises which scope |
+//! | `errors.rs` | the one mapping of domain errors to problem documents |
+//! | `problem.rs` | the RFC 9457 problem document (a leaf: imports nothing else of `api`) |
+//! | `bare_errors.rs` | middleware turning the router's own error answers (405, 404) into problems |
+//!
+//! Imports point one way: route modules use `task`, `extract`, `auth`, `state`
+//! and `problem`; `routes` uses the route modules; nothing imports `routes`.
 
 pub mod accountant;
+mod accountant_routes;
 pub mod auth;
+pub mod bare_errors;
+mod dataset_routes;
+mod errors;
 pub mod extract;
+pub mod permissions;
 pub mod problem;
-pub mod release_routes;
-pub mod releases;
+mod release_routes;
 pub mod routes;
 pub mod state;
+mod task;
+
+pub use auth::{claims_for, parse_ttl, Authorizer, Role};
+pub use routes::{metrics_router, openapi_document, router};
+pub use state::{AppState, Limits};

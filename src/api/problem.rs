@@ -1,4 +1,7 @@
 //! RFC 9457 `application/problem+json` errors: every refusal says what was wrong.
+//!
+//! A leaf of `api`: it imports nothing else of the HTTP layer, so every module may
+//! use it. How domain errors become problems is in `errors.rs`.
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,8 +28,8 @@ pub struct Problem {
     pub field: Option<String>,
     /// For a release refused by its budget: what was spent and what was asked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<super::releases::BudgetRefusal>)]
-    pub budget: Option<Box<super::releases::BudgetRefusal>>,
+    #[schema(value_type = Option<crate::engine::BudgetRefusal>)]
+    pub budget: Option<Box<crate::engine::BudgetRefusal>>,
 }
 
 impl Problem {
@@ -49,7 +52,7 @@ impl Problem {
     }
 
     /// Attach the budget state that made a release impossible.
-    pub fn with_budget(mut self, budget: super::releases::BudgetRefusal) -> Self {
+    pub fn with_budget(mut self, budget: crate::engine::BudgetRefusal) -> Self {
         self.budget = Some(Box::new(budget));
         self
     }
@@ -100,24 +103,6 @@ impl IntoResponse for Problem {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{}".to_vec());
         (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
-    }
-}
-
-impl From<crate::accounting::InvalidArgument> for Problem {
-    fn from(e: crate::accounting::InvalidArgument) -> Self {
-        let field = e.name.clone();
-        Problem::bad_request(e.to_string()).with_field(field)
-    }
-}
-
-impl From<crate::ledger::LedgerError> for Problem {
-    fn from(e: crate::ledger::LedgerError) -> Self {
-        use crate::ledger::{ErrorKind, LedgerError};
-        match (&e, e.kind()) {
-            (LedgerError::Invalid(inner), _) => inner.clone().into(),
-            (_, ErrorKind::BadRequest) => Problem::bad_request(e.to_string()),
-            (_, ErrorKind::Conflict) => Problem::conflict(e.to_string()),
-        }
     }
 }
 

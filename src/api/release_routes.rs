@@ -1,12 +1,12 @@
 //! Endpoints of DP releases (issue 6): curators publish releases, set the release
 //! budget, labels and policy; viewers read what was released, at no new cost.
 
-use super::auth::Access;
+use super::auth::{Access, Claims};
 use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
 use super::problem::{ApiResult, Problem};
-use super::releases::ReleaseOutcome;
-use super::routes::run_to_completion;
 use super::state::AppState;
+use super::task::run_to_completion;
+use crate::engine::{ReleaseBook, ReleaseOutcome};
 use crate::release::{
     BudgetRequest, BudgetStatus, LabelAssignment, Release, ReleasePolicy, ReleaseRequest,
 };
@@ -39,7 +39,9 @@ pub struct ReleaseList {
     pub budget: BudgetStatus,
     /// The automatic policy, if any.
     pub policy: Option<ReleasePolicy>,
-    /// Why the policy's latest release was refused, if it was.
+    /// Why the policy's latest release was refused, if it was: the full refusal
+    /// for curators and admins, a reason without data-dependent numbers for
+    /// viewers and owners.
     pub policy_error: Option<String>,
     /// Newest first.
     pub releases: Vec<Release>,
@@ -58,7 +60,9 @@ pub struct PolicyUpdate {
 pub struct PolicyView {
     /// The policy; `null` when none.
     pub policy: Option<ReleasePolicy>,
-    /// Why its latest release was refused, if it was.
+    /// Why its latest release was refused, if it was: the full refusal for
+    /// curators and admins, a reason without data-dependent numbers for viewers
+    /// and owners.
     pub policy_error: Option<String>,
 }
 
@@ -85,7 +89,7 @@ async fn create_release(
     let mut request: ReleaseRequest = body.json()?;
     request.validate()?;
     let st = state.clone();
-    let outcome = run_to_completion(async move { st.release(&id, request).await }).await?;
+    let outcome = run_to_completion(async move { st.engine.release(&id, request).await }).await?;
     Ok((StatusCode::CREATED, Json(outcome)))
 }
 
@@ -97,20 +101,21 @@ async fn list_releases(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
-    ApiQuery(q): ApiQuery<ReleaseListQuery>,
+    query: ApiQuery<ReleaseListQuery>,
 ) -> ApiResult<Json<ReleaseList>> {
     claims.authorize(Access::View(&id))?;
+    let q = query.parse()?;
     let limit = q.limit.unwrap_or(20);
     if limit > MAX_LIST {
         return Err(
             Problem::bad_request(format!("limit {limit} is over {MAX_LIST}")).with_field("limit"),
         );
     }
-    Ok(Json(state.with_book(&id, |book| {
+    Ok(Json(state.engine.with_book(&id, |book| {
         ReleaseList {
             budget: book.budget,
             policy: book.policy.clone(),
-            policy_error: book.policy_error.clone(),
+            policy_error: policy_error_for(&claims, &id, book),
             releases: book
                 .history
                 .iter()
@@ -132,7 +137,9 @@ async fn latest_release(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Release>> {
     claims.authorize(Access::View(&id))?;
-    let latest = state.with_book(&id, |book| book.history.last().cloned())?;
+    let latest = state
+        .engine
+        .with_book(&id, |book| book.history.last().cloned())?;
     let latest =
         latest.ok_or_else(|| Problem::not_found(format!("dataset {id:?} has no release yet")))?;
     metrics::counter!("dpledger_release_reads_total").increment(1);
@@ -148,7 +155,7 @@ async fn get_budget(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<BudgetStatus>> {
     claims.authorize(Access::View(&id))?;
-    Ok(Json(state.with_book(&id, |book| book.budget)?))
+    Ok(Json(state.engine.with_book(&id, |book| book.budget)?))
 }
 
 #[utoipa::path(put, path = "/v1/datasets/{dataset}/release-budget", tag = "releases", params(("dataset" = String, Path)),
@@ -168,7 +175,7 @@ async fn set_budget(
     let rho = request.to_rho()?;
     let st = state.clone();
     Ok(Json(
-        run_to_completion(async move { st.set_release_budget(&id, rho).await }).await?,
+        run_to_completion(async move { st.engine.set_release_budget(&id, rho).await }).await?,
     ))
 }
 
@@ -181,9 +188,9 @@ async fn get_policy(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<PolicyView>> {
     claims.authorize(Access::View(&id))?;
-    Ok(Json(state.with_book(&id, |book| PolicyView {
+    Ok(Json(state.engine.with_book(&id, |book| PolicyView {
         policy: book.policy.clone(),
-        policy_error: book.policy_error.clone(),
+        policy_error: policy_error_for(&claims, &id, book),
     })?))
 }
 
@@ -202,7 +209,8 @@ async fn set_policy(
     let update: PolicyUpdate = body.json()?;
     let st = state.clone();
     let policy =
-        run_to_completion(async move { st.set_release_policy(&id, update.policy).await }).await?;
+        run_to_completion(async move { st.engine.set_release_policy(&id, update.policy).await })
+            .await?;
     Ok(Json(PolicyView {
         policy,
         policy_error: None,
@@ -223,7 +231,8 @@ async fn set_labels(
     claims.authorize(Access::Curate(&id))?;
     let assignment: LabelAssignment = body.json()?;
     let st = state.clone();
-    let groups = run_to_completion(async move { st.set_labels(&id, assignment).await }).await?;
+    let groups =
+        run_to_completion(async move { st.engine.set_labels(&id, assignment).await }).await?;
     Ok(Json(LabelsView { groups }))
 }
 
@@ -262,3 +271,15 @@ pub fn routes() -> Router<Arc<AppState>> {
     set_labels
 ))]
 pub struct ReleaseApi;
+
+/// What `claims` may read of why the policy's latest release was refused: the
+/// detail (which may count examples near their individual budget, a number that
+/// depends on individual epsilons) only for those who may curate the dataset.
+fn policy_error_for(claims: &Claims, dataset: &str, book: &ReleaseBook) -> Option<String> {
+    let refusal = book.policy_error.as_ref()?;
+    Some(if claims.authorize(Access::Curate(dataset)).is_ok() {
+        refusal.detail.clone()
+    } else {
+        refusal.reason.to_string()
+    })
+}

@@ -6,7 +6,7 @@
 use crate::accounting::validate;
 use crate::accounting::{Conversion, InvalidArgument};
 use crate::api::accountant::{
-    BatchingKind, CompareRequest, EpsilonRequest, NoiseRequest, RdpRequest, ScheduleKind,
+    BatchingKind, CompareRequest, EpsilonRequest, Method, NoiseRequest, RdpRequest, ScheduleKind,
     ScheduleRequest,
 };
 use clap::{Args, ValueEnum};
@@ -120,6 +120,17 @@ pub struct RunArgs {
     pub delta: f64,
 }
 
+/// `--method` and the PLD grid, shared by `epsilon` and `noise`.
+#[derive(Debug, Args)]
+pub struct MethodArgs {
+    /// Accountant: rdp (exact RDP, default) or pld (privacy loss distribution, tightest).
+    #[arg(long, value_enum, default_value_t = Method::Rdp)]
+    pub method: Method,
+    /// PLD grid spacing of the privacy loss (default 1e-3; pld only).
+    #[arg(long, allow_negative_numbers = true)]
+    pub value_discretization: Option<f64>,
+}
+
 /// `dpledger epsilon`: epsilon of T steps.
 #[derive(Debug, Args)]
 pub struct EpsilonCmd {
@@ -130,6 +141,8 @@ pub struct EpsilonCmd {
     /// RDP to (epsilon, delta) conversion.
     #[arg(long, value_enum, default_value_t = ConversionArg::Improved)]
     pub conversion: ConversionArg,
+    #[command(flatten)]
+    pub method: MethodArgs,
 }
 
 impl EpsilonCmd {
@@ -142,13 +155,18 @@ impl EpsilonCmd {
             delta: self.run.delta,
             orders: self.orders.parse()?,
             conversion: Some(self.conversion.into()),
+            method: Some(self.method.method),
+            value_discretization: self.method.value_discretization,
         };
         let out = req.compute().map_err(flag_names)?;
+        let how = match out.order {
+            Some(o) => format!("{}, optimal order {o}", out.method),
+            None => out.method.clone(),
+        };
         let text = format!(
-            "epsilon = {} at delta = {} (optimal order {}) after {} steps, q = {}, sigma = {}\n",
+            "epsilon = {} at delta = {} ({how}) after {} steps, q = {}, sigma = {}\n",
             fmt_opt(out.epsilon),
             out.delta,
-            fmt_opt(out.order),
             self.run.steps,
             self.run.sampling_rate,
             self.run.noise_multiplier
@@ -174,6 +192,8 @@ pub struct NoiseCmd {
     pub steps: u64,
     #[command(flatten)]
     pub orders: OrdersArg,
+    #[command(flatten)]
+    pub method: MethodArgs,
 }
 
 impl NoiseCmd {
@@ -185,12 +205,25 @@ impl NoiseCmd {
             sampling_rate: self.sampling_rate,
             steps: self.steps,
             orders: self.orders.parse()?,
+            method: Some(self.method.method),
+            value_discretization: self.method.value_discretization,
         };
         let out = req.compute().map_err(flag_names)?;
-        let text = format!(
-            "noise multiplier {} reaches epsilon <= {} at delta = {} (q = {}, {} steps)\n",
-            out.noise_multiplier, self.target_epsilon, self.delta, self.sampling_rate, self.steps
+        let mut text = format!(
+            "noise multiplier {} reaches epsilon <= {} at delta = {} (q = {}, {} steps, {})\n",
+            out.noise_multiplier,
+            self.target_epsilon,
+            self.delta,
+            self.sampling_rate,
+            self.steps,
+            out.method
         );
+        if let (Some(rdp), Some(saving)) = (out.rdp_noise_multiplier, out.noise_saving) {
+            text.push_str(&format!(
+                "RDP needs noise multiplier {rdp} for the same target: PLD needs {:.2}% less noise\n",
+                100.0 * saving
+            ));
+        }
         Ok((json(&out), text))
     }
 }

@@ -7,9 +7,7 @@
 //! training progresses and differ between easy (70%) and hard (30%) examples.
 
 use crate::accounting::Conversion;
-use crate::api::auth::{claims_for, Authorizer, Role};
-use crate::api::routes::router;
-use crate::api::state::{AppState, Limits};
+use crate::api::{claims_for, router, AppState, Authorizer, Limits, Role};
 use crate::store::codec::StepPayload;
 use anyhow::Context;
 use clap::Args;
@@ -179,9 +177,11 @@ impl DemoCmd {
                 .call()?
                 .into_json()?;
             owners.push_str(&format!(
-                "  example {id:>5} ({}): epsilon {:.3} (worst case {:.3})\n",
+                "  example {id:>5} ({}): epsilon {:.3} by {} (per-instance RDP {:.3}, worst case {:.3})\n",
                 if id % 10 < 3 { "hard" } else { "easy" },
                 v["example"]["epsilon"].as_f64().unwrap_or(f64::NAN),
+                v["example"]["bound"].as_str().unwrap_or("?"),
+                v["example"]["rdp_epsilon"].as_f64().unwrap_or(f64::NAN),
                 v["worst_case"]["epsilon"].as_f64().unwrap_or(f64::NAN)
             ));
         }
@@ -191,16 +191,16 @@ impl DemoCmd {
             .call()?
             .into_json()?;
         let worst = wc["epsilon"].as_f64().unwrap_or(f64::NAN);
-        // The curator's view of the whole distribution, from the served ledger itself.
-        let ds = state
-            .dataset("demo")
-            .map_err(|p| anyhow::anyhow!(p.detail))?;
-        let mut eps = runtime.block_on(async {
-            ds.ledger
-                .read()
-                .await
-                .all_epsilons(self.delta, Conversion::Improved)
-        })?;
+        let worst_rdp = wc["rdp"]["epsilon"].as_f64().unwrap_or(f64::NAN);
+        // The curator's view of the whole distribution, from the served ledger
+        // itself: min(per-instance RDP, PLD worst case), as served to owners.
+        let mut eps = runtime.block_on(state.engine.with_ledger(
+            "demo",
+            |ds, ledger| -> anyhow::Result<Vec<f64>> {
+                let worst = ds.worst_case_bounds(ledger, self.delta, Conversion::Improved)?;
+                Ok(ds.bounded_epsilons(ledger, &worst, self.delta, Conversion::Improved)?)
+            },
+        ))?;
         eps.sort_by(f64::total_cmp);
         // What a dashboard may show: a DP release, whose cost is charged to everyone.
         let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
@@ -222,7 +222,16 @@ impl DemoCmd {
             &levels,
             after["epsilon"].as_f64(),
         );
-        Ok(render(self, steps, reported, train_secs, worst, &eps, &owners) + &released)
+        let head = format!("{worst:.3} by PLD (RDP alone: {worst_rdp:.3})");
+        Ok(render(
+            self,
+            steps,
+            reported,
+            train_secs,
+            (worst, &head),
+            &eps,
+            &owners,
+        ) + &released)
     }
 }
 
@@ -231,7 +240,7 @@ fn render(
     steps: u64,
     reported: u64,
     secs: f64,
-    worst: f64,
+    (worst, worst_text): (f64, &str),
     eps: &[f64],
     owners: &str,
 ) -> String {
@@ -241,8 +250,8 @@ fn render(
     let mut out = format!(
         "dpledger demo: {} examples, q = {:.5}, sigma = {}, {} epochs = {steps} steps, delta = {}\n\
          trained through the HTTP API: {reported} norms reported in {secs:.1} s (durable, SQLite)\n\n\
-         worst-case epsilon (every example, data-independent): {worst:.3}\n\
-         per-example epsilon: min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}\n\
+         worst-case epsilon (every example, data-independent): {worst_text}\n\
+         per-example epsilon = min(per-instance RDP, worst case): min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}\n\
          share of examples at the worst case: {:.1}%\n\n",
         cmd.examples,
         cmd.batch_size as f64 / cmd.examples as f64,

@@ -1,6 +1,7 @@
 //! Command-line interface: `dpledger <command>`.
 
 pub mod accountant;
+pub mod data_dependent;
 pub mod demo;
 pub mod loadgen;
 pub mod server;
@@ -32,6 +33,8 @@ pub enum Command {
     Schedule(JsonFlag<accountant::ScheduleCmd>),
     /// Recompute per-example epsilons offline from a JSON-lines trace.
     Replay(JsonFlag<ReplayCmd>),
+    /// Seed 001's expected composition over several runs (an estimate).
+    DataDependent(JsonFlag<data_dependent::DataDependentCmd>),
     /// Run the HTTP service.
     Serve(server::ServeCmd),
     /// Mint a bearer token with the server secret.
@@ -47,7 +50,8 @@ pub enum Command {
 }
 
 /// `dpledger release-accuracy`: both quantile methods on `B·Beta(1.5, 6)` data,
-/// without and with a share of values at `B`, like the seed's Table 2.
+/// without and with a share of values at `B`, like the seed's Table 2, and on
+/// heavily tied per-example epsilons (issue 15, item 8).
 #[derive(Debug, clap::Args)]
 pub struct ReleaseAccuracyCmd {
     /// Values drawn.
@@ -77,19 +81,28 @@ impl ReleaseAccuracyCmd {
             return Err("invalid --share-at-bound: must be in [0, 1)".into());
         }
         let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
-        let reports: Vec<_> = [0.0, self.share_at_bound]
-            .iter()
-            .map(|&share| {
-                crate::release::accuracy::compare_methods(
-                    self.seed,
-                    self.n,
-                    share,
-                    &levels,
-                    self.rho,
-                    self.trials,
-                )
-            })
-            .collect();
+        use crate::release::accuracy::Population;
+        let reports: Vec<_> = [
+            Population::Beta {
+                share_at_bound: 0.0,
+            },
+            Population::Beta {
+                share_at_bound: self.share_at_bound,
+            },
+            Population::Tied,
+        ]
+        .iter()
+        .map(|&population| {
+            crate::release::accuracy::compare_methods(
+                self.seed,
+                self.n,
+                population,
+                &levels,
+                self.rho,
+                self.trials,
+            )
+        })
+        .collect();
         let text = reports
             .iter()
             .map(|r| r.to_text())
@@ -149,6 +162,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
         Command::Compare(c) => (c.json, c.inner.run().map_err(err)),
         Command::Schedule(c) => (c.json, c.inner.run().map_err(err)),
         Command::Replay(c) => (c.json, c.inner.run()),
+        Command::DataDependent(c) => (c.json, c.inner.run()),
         Command::Serve(c) => return c.run().map_err(|e| format!("{e:#}")),
         Command::Token(c) => {
             let token = c.run().map_err(|e| format!("{e:#}"))?;

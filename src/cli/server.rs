@@ -1,8 +1,9 @@
 //! `dpledger serve`, `dpledger token` and `dpledger openapi`.
 
-use crate::api::auth::{claims_for, parse_ttl, Authorizer, Role};
-use crate::api::routes::{openapi_document, router};
-use crate::api::state::{AppState, Limits};
+use crate::api::{
+    claims_for, metrics_router, openapi_document, parse_ttl, router, AppState, Authorizer, Limits,
+    Role,
+};
 use anyhow::Context;
 use base64::Engine;
 use clap::{Args, ValueEnum};
@@ -55,6 +56,19 @@ pub struct ServeCmd {
     /// Required `iss` claim of external tokens.
     #[arg(long)]
     pub jwt_issuer: Option<String>,
+    /// How long after its `exp` a token is still accepted (clock skew between
+    /// the issuer and this server): seconds, or e.g. 0s, 5s, 1m.
+    #[arg(long, default_value_t = crate::api::auth::DEFAULT_TOKEN_LEEWAY_SECONDS, value_parser = parse_leeway)]
+    pub token_leeway: u64,
+    /// Also serve `/metrics` WITHOUT a token on this address (e.g. 127.0.0.1:9464,
+    /// reachable only by the scraper). On the main listener `/metrics` always
+    /// needs an admin or metrics token (`dpledger token --role metrics`).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+}
+
+fn parse_leeway(text: &str) -> Result<u64, String> {
+    crate::api::auth::parse_ttl(text).map_err(|e| e.to_string().replace("--ttl", "--token-leeway"))
 }
 
 /// `dpledger token`: mint a bearer token with the server secret.
@@ -191,7 +205,8 @@ impl ServeCmd {
                 Authorizer::external(&pem, alg, self.jwt_issuer.as_deref())?
             }
             None => Authorizer::hs256(&load_or_create_secret(&self.data.data_dir, true)?),
-        };
+        }
+        .with_leeway(self.token_leeway);
         let url = self.store.clone().unwrap_or_else(|| {
             format!(
                 "sqlite:{}",
@@ -204,16 +219,35 @@ impl ServeCmd {
             max_body_bytes: self.max_body_bytes,
             ..Limits::default()
         };
-        let state = AppState::recover(store, auth, limits, install_metrics())
+        let metrics = install_metrics();
+        let state = AppState::recover(store, auth, limits, metrics.clone())
             .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
         let runtime = tokio::runtime::Runtime::new()?;
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind(&self.listen)
                 .await
                 .with_context(|| format!("binding {}", self.listen))?;
+            let metrics_listener = match &self.metrics_listen {
+                Some(address) => Some(
+                    tokio::net::TcpListener::bind(address)
+                        .await
+                        .with_context(|| format!("binding --metrics-listen {address}"))?,
+                ),
+                None => None,
+            };
             let addr = listener.local_addr()?;
             println!("dpledger listening on http://{addr}");
             tracing::info!(%addr, "listening");
+            if let Some(metrics_listener) = metrics_listener {
+                let metrics_addr = metrics_listener.local_addr()?;
+                println!("dpledger metrics on http://{metrics_addr}/metrics");
+                tracing::info!(%metrics_addr, "serving /metrics without a token");
+                tokio::spawn(async move {
+                    if let Err(e) = axum::serve(metrics_listener, metrics_router(metrics)).await {
+                        tracing::error!(error = %e, "the metrics listener stopped");
+                    }
+                });
+            }
             axum::serve(listener, router(Arc::new(state)))
                 .with_graceful_shutdown(shutdown_signal())
                 .await?;

@@ -45,22 +45,50 @@
 //!
 //! [`replay()`] recomputes a ledger offline from a JSON-lines trace (format in
 //! [`mod@replay`]).
+//!
+//! # Where each rule of the spec lives
+//!
+//! | spec (`shared/spec/accounting.md`) | file |
+//! |---|---|
+//! | §1 buckets `v_k`, orders, `r = C/100` | `config.rs` (`DatasetConfig`), `accounting/grid.rs` |
+//! | §2 one step's RDP per bucket (Poisson; shuffled batches) | `accounting/table.rs` (per-bucket tables, cached), `dataset/shuffle.rs` |
+//! | §3.1 the trainer clips at `v_{b_i}`: thresholds served | `dataset/query.rs` (`thresholds`), `dataset/step.rs` (the thresholds of a step's answer) |
+//! | §3.2–§3.4 accrual of every example, then `b_i <- bucket(g_i)` | `dataset/step.rs` (`apply_step`) |
+//! | §3.5 refresh | `dataset/step.rs` (`refresh`) |
+//! | §3.6 `bucket(g)` rounds up | `accounting/grid.rs` (`bucket_of`) |
+//! | §3 exactly once, in order; retries; parts | `dataset/parts.rs` |
+//! | §3 `estimate` label for global clipping | `config.rs` (`Clipping`), `dataset/query.rs` (`guarantee`) |
+//! | §3 cost: prefix sums, `O(batch × #orders)` per step | `prefix.rs`, `dataset/step.rs`, `dataset/columns.rs` (storage) |
+//! | §4 worst case | `dataset/query.rs` (`worst_case`), `dataset/shuffle.rs` (per epoch) |
+//! | §5 RDP → `(epsilon, delta)` | `convert.rs`, `accounting/conversion.rs` |
+//! | §6 release charges to every example | `dataset/releases.rs` |
+//! | §7 individual filter | `filter.rs` (order, budget, queue), `dataset/retirement.rs` (retiring examples) |
+//! | §8 PLD worst case and per-example `min(RDP_i, PLD worst)` | `pld_events.rs` (the history as PLD events), `bounds.rs` (the minimum and its label); the cache sits on `engine::Dataset` |
+//!
+//! The `Ledger` itself is split by job under `dataset/`: `mod.rs` (the struct,
+//! creation, accessors), `columns.rs` (per-example columns and memory), `step.rs`
+//! (step validation and accrual, refreshes, compaction), `parts.rs` (multi-part
+//! steps and the retry window), `shuffle.rs` (shuffle mode), `retirement.rs` (the
+//! filter on examples), `releases.rs` (release charges) and `query.rs` (queries).
 
+pub mod bounds;
 mod config;
 mod convert;
 mod dataset;
 mod error;
 mod filter;
+mod pld_events;
 mod prefix;
 mod protocol;
 pub mod replay;
 
+pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 pub use config::{Clipping, DatasetConfig, IndividualBudget, Sampling, MAX_EXAMPLES, MAX_ORDERS};
 pub use dataset::{Ledger, MAX_PARTS, RETRY_WINDOW};
 pub use error::{ErrorKind, LedgerError};
 pub use filter::FILTER_MARGIN;
 pub use protocol::{
-    ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus, RefreshOutcome, StepOutcome,
-    StepReport, WorstCase,
+    Bound, ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus, RefreshOutcome,
+    StepOutcome, StepReport, WorstCase,
 };
 pub use replay::{replay, ReplayError, ReplayExample, ReplayReport};

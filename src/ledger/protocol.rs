@@ -139,9 +139,17 @@ pub struct RefreshOutcome {
 pub struct ExamplePrivacy {
     /// The example.
     pub id: u64,
-    /// Its (epsilon, delta)-DP epsilon at the requested delta.
+    /// Its (epsilon, delta)-DP epsilon at the requested delta: the smaller of
+    /// its per-instance RDP epsilon and the dataset's PLD worst case (spec §8),
+    /// both proven bounds.
     pub epsilon: f64,
-    /// The Rényi order attaining it.
+    /// The bound that gave `epsilon`.
+    pub bound: Bound,
+    /// Its per-instance RDP epsilon (spec §5).
+    pub rdp_epsilon: f64,
+    /// The dataset's PLD worst-case epsilon at the same delta (`null` when none).
+    pub worst_case_pld_epsilon: Option<f64>,
+    /// The Rényi order attaining `rdp_epsilon`.
     pub order: f64,
     /// Its accumulated RDP at each of the ledger's orders (training and releases).
     pub rdp: Vec<f64>,
@@ -158,7 +166,17 @@ pub struct ExamplePrivacy {
     pub guarantee: bool,
 }
 
-/// The data-independent accountant (spec §4) at the current step.
+/// Which bound gave an example's epsilon (spec §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// The example's own RDP ledger (spec §3, §5).
+    PerInstanceRdp,
+    /// The dataset's PLD worst case, which holds for every example (spec §8).
+    WorstCasePld,
+}
+
+/// The data-independent RDP accountant (spec §4) at the current step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorstCase {
     /// Its epsilon at the requested delta.

@@ -15,10 +15,12 @@
 //! is built for throughput: one reused line buffer, no per-step copies, and JSON
 //! parsing on the calling thread overlapped with the ledger's work on a worker.
 
+use super::bounds::{bounded_epsilon, combine_worst_case, pld_worst_case, WorstCaseBounds};
 use super::config::{Clipping, DatasetConfig, Sampling};
 use super::dataset::Ledger;
+use super::protocol::Bound;
 use super::protocol::StepReport;
-use crate::accounting::conversion::{Conversion, EpsilonAtOrder};
+use crate::accounting::conversion::Conversion;
 use crate::accounting::validate;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -44,24 +46,30 @@ impl ReplayError {
     }
 }
 
-/// One example's result.
+/// One example's result, as the server serves it (spec §8).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ReplayExample {
     /// The example.
     pub id: u64,
-    /// Its epsilon at the replay's delta.
+    /// Its epsilon at the replay's delta: `min(rdp_epsilon, PLD worst case)`.
     pub epsilon: f64,
-    /// The optimal order.
+    /// The bound that gave `epsilon`.
+    pub bound: Bound,
+    /// Its per-instance RDP epsilon.
+    pub rdp_epsilon: f64,
+    /// The optimal order of `rdp_epsilon`.
     pub order: f64,
 }
 
-/// The result of a replay. Serialises to exactly
-/// `{"worst_case": {"epsilon", "order"}, "examples": [{"id", "epsilon", "order"}, ...]}`
-/// with examples sorted by id; the other fields feed [`ReplayReport::to_text`].
+/// The result of a replay. Serialises to
+/// `{"worst_case": {"epsilon", "method", "steps", "pld", "rdp": {"epsilon", "order", ...}},
+/// "examples": [{"id", "epsilon", "bound", "rdp_epsilon", "order"}, ...]}`
+/// with examples sorted by id (the served shapes); the other fields feed
+/// [`ReplayReport::to_text`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplayReport {
-    /// The data-independent accountant's epsilon.
-    pub worst_case: EpsilonAtOrder,
+    /// The data-independent accountants (PLD and RDP), computed as the server does.
+    pub worst_case: WorstCaseBounds,
     /// Every example, by id.
     pub examples: Vec<ReplayExample>,
     /// Steps replayed.
@@ -182,25 +190,33 @@ pub fn replay<R: BufRead>(
             None => Ok(ledger),
         }
     })?;
-    let worst = ledger
+    let rdp_worst = ledger
         .worst_case(delta, conversion)
         .map_err(|e| ReplayError::at(0, e.to_string()))?;
+    let pld = match ledger.pld_events() {
+        Some(events) => pld_worst_case(&events, delta),
+        None => Err("a release without a PLD description was charged".to_string()),
+    };
+    let worst = combine_worst_case(rdp_worst, pld);
+    let pld_epsilon = worst.pld.map(|p| p.epsilon);
     let examples = ledger
         .epsilons(delta, conversion)
         .map_err(|e| ReplayError::at(0, e.to_string()))?
         .into_iter()
         .enumerate()
-        .map(|(id, e)| ReplayExample {
-            id: id as u64,
-            epsilon: e.epsilon,
-            order: e.order,
+        .map(|(id, e)| {
+            let (epsilon, bound) = bounded_epsilon(e.epsilon, pld_epsilon);
+            ReplayExample {
+                id: id as u64,
+                epsilon,
+                bound,
+                rdp_epsilon: e.epsilon,
+                order: e.order,
+            }
         })
         .collect();
     Ok(ReplayReport {
-        worst_case: EpsilonAtOrder {
-            epsilon: worst.epsilon,
-            order: worst.order,
-        },
+        worst_case: worst,
         examples,
         steps: ledger.next_step(),
         delta,
@@ -343,10 +359,31 @@ impl ReplayReport {
             self.examples.len(),
             self.delta
         );
+        let w = &self.worst_case;
+        match w.pld {
+            Some(p) => {
+                let _ = writeln!(
+                    out,
+                    "worst case (data-independent): epsilon = {:.6} by PLD",
+                    p.epsilon
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "worst case (data-independent): no PLD ({})",
+                    w.pld_error.as_deref().unwrap_or("unavailable")
+                );
+            }
+        }
         let _ = writeln!(
             out,
-            "worst case (data-independent): epsilon = {:.6} at order {}",
-            self.worst_case.epsilon, self.worst_case.order
+            "worst case (data-independent): epsilon = {:.6} by RDP at order {}",
+            w.rdp.epsilon, w.rdp.order
+        );
+        let _ = writeln!(
+            out,
+            "per-example epsilon = min(per-instance RDP, worst case by PLD)"
         );
         if self.examples.is_empty() {
             return out;

@@ -13,6 +13,7 @@ pub mod histogram;
 pub mod labels;
 pub mod mean;
 pub mod noise;
+pub mod pld;
 pub mod quantiles;
 pub mod request;
 
@@ -20,6 +21,7 @@ pub use budget::{BudgetRequest, BudgetStatus};
 pub use histogram::HistogramValue;
 pub use labels::{LabelAssignment, Labels};
 pub use mean::MeanValue;
+pub use pld::release_pld_events;
 pub use request::{
     HistogramRequest, MeanRequest, QuantileMethod, QuantilesRequest, ReleaseRequest,
 };

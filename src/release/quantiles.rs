@@ -1,30 +1,52 @@
-//! DP quantiles of values in `[0, B]` (issue 6, item 2).
+//! DP quantiles of values in `[0, B]` (issue 6, item 2; issue 15, item 8).
 //!
 //! Default method: the recursive approximate-quantiles algorithm of Kaplan,
-//! Schnapp & Stemmer (ICML 2022) over the exponential mechanism on intervals
-//! (Smith 2011), accounted in zCDP. The median level is estimated first, the data
-//! split at the estimate, and each side recursively estimates its own levels
-//! (rescaled to the side). At each depth the sub-problems see disjoint data, so
-//! one example influences one exponential mechanism per depth: with `L` depths
+//! Schnapp & Stemmer (ICML 2022) over an exponential mechanism on a public grid,
+//! accounted in zCDP. The median level is estimated first, the data split at the
+//! estimate, and each side recursively estimates its own levels (rescaled to the
+//! side). At each depth the sub-problems see disjoint data, so one example
+//! influences one exponential mechanism per depth: with `L` depths
 //! (`ceil(log2(m+1))` for `m` levels) and each mechanism `η`-bounded-range, the
 //! whole release is `L η² / 8`-zCDP (Cesar & Rogers 2021: `η`-BR ⇒ `η²/8`-zCDP).
+//! The full proof is in `docs/releases-quantiles.md`; in brief:
 //!
-//! The utility of an interval holding `i` points below it is `-|i − q·n|`. Under
-//! add/remove of one value every utility moves by `+(1−q)` or `−q` on one side of
-//! the value and by `±q` or `∓(1−q)` on the other, so the utilities' changes span
-//! a range of at most 1: sampling with weight `exp(η u)` is `η`-bounded-range.
-//!
-//! Ties (many examples share the worst case `B`; unsampled ones share values)
-//! would give intervals of width zero that the mechanism can never choose, so
-//! every value first moves by an independent uniform jitter of width `B·1e-9`
-//! (reflected into `[0, B]`), and outputs within that width of `0` or `B` snap
-//! to the end point. Both are per-record randomisation and post-processing.
+//! * **Grid.** Every value is mapped to one of `GRID_CELLS + 2` public cells: the
+//!   atoms `{0}` and `{B}`, and `GRID_CELLS` intervals of width `h = B /
+//!   GRID_CELLS` between them (a fixed per-record map). The mechanism samples a
+//!   cell from the counting measure on the cells of its sub-domain, a
+//!   data-independent base measure, and releases the cell's public
+//!   representative (post-processing). Values that share a cell (in particular a
+//!   run of equal epsilons) form one cell, so a run of 1,400 equal values is
+//!   one output whose utility is 0 whenever the target rank falls in the run:
+//!   the old jitter gave such a run a width of `B·1e-9` and it was almost never
+//!   chosen (issue 15).
+//! * **Utility.** Cell `c` holds the ranks `[a, b] = [#{x < c}, #{x ≤ c}]`; its
+//!   utility is `−s(q) · dist(q·n, [a, b])` with `s(q) = 1 / (2 max(q, 1−q))`.
+//!   Under add/remove of one value, the cells below it shift `[a, b]` by `−q`
+//!   relative to the target, those above by `1−q`, and its own cell widens by
+//!   `q` below and `1−q` above; since the intervals are ordered the changes of
+//!   `u` span at most `2 s(q) max(q, 1−q) = 1`, so sampling with weight
+//!   `exp(η u)` is `η`-bounded-range. (Without the factor `s(q)`, as before this
+//!   change, the span reaches `2 max(q, 1−q)`, up to 1.6 at the level 0.8 that
+//!   five levels use: the old mechanism spent more than it charged.)
+//! * **Splitting a cell.** The examples of the chosen cell go to the left or the
+//!   right sub-problem by independent fair coins (a per-record randomisation
+//!   whose law does not depend on the data), so given the coins each example
+//!   still lands in exactly one sub-problem, and by the joint quasi-convexity of
+//!   Rényi divergence the mixture over coins keeps the bound.
 
 use super::noise::{add_gaussian, gumbel};
 use rand::Rng;
+use rand_distr::{Binomial, Distribution};
 
-/// Relative width of the tie-breaking jitter.
-pub const JITTER: f64 = 1e-9;
+/// Number of interval cells of the public grid: the release resolution is
+/// `B / GRID_CELLS` (measured choice; see `docs/releases-quantiles.md`).
+pub const GRID_CELLS: u32 = 1 << 16;
+
+/// The release's public value resolution `h = B / GRID_CELLS`, in units of `B`.
+pub fn resolution() -> f64 {
+    1.0 / f64::from(GRID_CELLS)
+}
 
 /// Number of recursion depths of the KSS algorithm for `m` levels (the number of
 /// exponential mechanisms any one example takes part in).
@@ -47,9 +69,36 @@ pub fn kss_rho(m: usize, eta: f64) -> f64 {
     kss_depth(m) as f64 * eta * eta / 8.0
 }
 
+/// The grid cell of `x` (clamped into `[0, bound]`): `0` for the atom `{0}`,
+/// `GRID_CELLS + 1` for the atom `{bound}`, else `ceil(x / h)` in `1..=GRID_CELLS`.
+pub fn cell_of(x: f64, bound: f64) -> u32 {
+    if x.is_nan() || x <= 0.0 {
+        0
+    } else if x >= bound {
+        GRID_CELLS + 1
+    } else {
+        ((x / bound * f64::from(GRID_CELLS)).ceil() as u32).clamp(1, GRID_CELLS)
+    }
+}
+
+/// The public value released for a cell: `0`, `bound`, or the cell's midpoint.
+pub fn cell_value(c: u32, bound: f64) -> f64 {
+    match c {
+        0 => 0.0,
+        c if c > GRID_CELLS => bound,
+        c => (f64::from(c) - 0.5) / f64::from(GRID_CELLS) * bound,
+    }
+}
+
+/// The utility scale `s(q) = 1 / (2 max(q, 1−q))` that bounds the span of the
+/// utilities' changes by 1 under add/remove (module doc).
+pub fn utility_scale(q: f64) -> f64 {
+    0.5 / q.max(1.0 - q)
+}
+
 /// Release the quantiles at `levels` (each in (0, 1), strictly increasing) of
 /// `values` in `[0, bound]` with KSS at total zCDP cost `rho`. The estimates are
-/// non-decreasing in the level.
+/// non-decreasing in the level and lie on the public grid.
 pub fn kss_quantiles<R: Rng + ?Sized>(
     rng: &mut R,
     values: &[f64],
@@ -58,101 +107,86 @@ pub fn kss_quantiles<R: Rng + ?Sized>(
     rho: f64,
 ) -> Vec<f64> {
     let eta = kss_eta(levels.len(), rho);
-    let width = bound * JITTER;
-    let mut xs: Vec<f64> = values
-        .iter()
-        .map(|&x| jitter(x.clamp(0.0, bound), width, bound, rng))
-        .collect();
-    xs.sort_unstable_by(f64::total_cmp);
-    let mut out = vec![0.0; levels.len()];
-    recurse(rng, &xs, 0.0, bound, levels, eta, &mut out);
-    out.iter().map(|&v| snap(v, width, bound)).collect()
-}
-
-fn jitter<R: Rng + ?Sized>(x: f64, width: f64, bound: f64, rng: &mut R) -> f64 {
-    let y = x + (rng.random::<f64>() - 0.5) * width;
-    if y < 0.0 {
-        (-y).min(bound)
-    } else if y > bound {
-        (2.0 * bound - y).max(0.0)
-    } else {
-        y
-    }
-}
-
-fn snap(v: f64, width: f64, bound: f64) -> f64 {
-    if v >= bound - width {
-        bound
-    } else if v <= width {
-        0.0
-    } else {
-        v
-    }
+    let mut cells: Vec<u32> = values.iter().map(|&x| cell_of(x, bound)).collect();
+    cells.sort_unstable();
+    let mut out = vec![0u32; levels.len()];
+    recurse(rng, &cells, 0, GRID_CELLS + 1, levels, eta, &mut out);
+    out.iter().map(|&c| cell_value(c, bound)).collect()
 }
 
 fn recurse<R: Rng + ?Sized>(
     rng: &mut R,
-    xs: &[f64],
-    lo: f64,
-    hi: f64,
+    cells: &[u32],
+    lo: u32,
+    hi: u32,
     levels: &[f64],
     eta: f64,
-    out: &mut [f64],
+    out: &mut [u32],
 ) {
     if levels.is_empty() {
         return;
     }
     let p = levels.len() / 2;
     let q = levels[p];
-    let (v, below) = interval_mechanism(rng, xs, lo, hi, q, eta);
-    out[p] = v;
+    let (c, split) = cell_mechanism(rng, cells, lo, hi, q, eta);
+    out[p] = c;
     let left: Vec<f64> = levels[..p].iter().map(|&l| l / q).collect();
     let right: Vec<f64> = levels[p + 1..]
         .iter()
         .map(|&l| (l - q) / (1.0 - q))
         .collect();
     let (out_left, rest) = out.split_at_mut(p);
-    recurse(rng, &xs[..below], lo, v, &left, eta, out_left);
-    recurse(rng, &xs[below..], v, hi, &right, eta, &mut rest[1..]);
+    recurse(rng, &cells[..split], lo, c, &left, eta, out_left);
+    recurse(rng, &cells[split..], c, hi, &right, eta, &mut rest[1..]);
 }
 
-/// The exponential mechanism on intervals (Smith 2011) for the `q`-quantile of the
-/// sorted `xs` within `[lo, hi]`: interval `i` (between the `i`-th and `i+1`-th
-/// point, `i` points below it) is chosen with probability proportional to
-/// `width_i · exp(−η |i − q n|)` (Gumbel-max in log space), then a point uniformly
-/// inside it. Returns the point and the number of values below it.
-pub fn interval_mechanism<R: Rng + ?Sized>(
+/// The exponential mechanism on the grid cells `lo..=hi` for the `q`-quantile of
+/// the sorted `cells` (all within `lo..=hi`): cell `c` is chosen with probability
+/// proportional to `exp(−η s(q) dist(q n, [#{x < c}, #{x ≤ c}]))` (Gumbel-max in
+/// log space over runs of cells with equal utility). Returns the cell and the
+/// split index: the values below it, plus a fair-coin share of the values in it.
+pub fn cell_mechanism<R: Rng + ?Sized>(
     rng: &mut R,
-    xs: &[f64],
-    lo: f64,
-    hi: f64,
+    cells: &[u32],
+    lo: u32,
+    hi: u32,
     q: f64,
     eta: f64,
-) -> (f64, usize) {
-    let n = xs.len();
-    let target = q * n as f64;
-    let mut best = (f64::NEG_INFINITY, 0usize);
-    for i in 0..=n {
-        let left = if i == 0 { lo } else { xs[i - 1].max(lo) };
-        let right = if i == n { hi } else { xs[i].min(hi) };
-        let width = right - left;
-        if width <= 0.0 {
-            continue;
-        }
-        let score = width.ln() - eta * (i as f64 - target).abs() + gumbel(rng);
+) -> (u32, usize) {
+    let target = q * cells.len() as f64;
+    let scale = eta * utility_scale(q);
+    // Best (score, first cell, cells in the run, values below, values in the cell).
+    let mut best = (f64::NEG_INFINITY, lo, 1u32, 0usize, 0usize);
+    let mut consider = |rng: &mut R, first: u32, count: u32, below: usize, tied: usize| {
+        let (a, b) = (below as f64, (below + tied) as f64);
+        let dist = (a - target).max(target - b).max(0.0);
+        let score = f64::from(count).ln() - scale * dist + gumbel(rng);
         if score > best.0 {
-            best = (score, i);
+            best = (score, first, count, below, tied);
         }
+    };
+    let (mut next, mut below) = (lo, 0usize);
+    while below < cells.len() {
+        let c = cells[below];
+        let tied = cells[below..].partition_point(|&x| x == c);
+        if c > next {
+            consider(rng, next, c - next, below, 0);
+        }
+        consider(rng, c, 1, below, tied);
+        below += tied;
+        next = c + 1;
     }
-    if best.0 == f64::NEG_INFINITY {
-        // A degenerate domain (lo == hi): its only point.
-        return (lo, xs.partition_point(|&x| x < lo));
+    if next <= hi {
+        consider(rng, next, hi - next + 1, below, 0);
     }
-    let i = best.1;
-    let left = if i == 0 { lo } else { xs[i - 1].max(lo) };
-    let right = if i == n { hi } else { xs[i].min(hi) };
-    let v = left + rng.random::<f64>() * (right - left);
-    (v, i)
+    let (_, first, count, below, tied) = best;
+    let c = first + rng.random_range(0..count);
+    let to_left = if tied == 0 {
+        0
+    } else {
+        Binomial::new(tied as u64, 0.5).map_or(0, |b| b.sample(rng) as usize)
+    };
+    (c, below + to_left)
 }
 
 /// Number of full-batch gradient steps of the seed's method (seed 000, App. E).
@@ -236,22 +270,74 @@ mod tests {
     }
 
     #[test]
-    fn interval_mechanism_concentrates_on_the_target_rank() {
+    fn cell_mechanism_concentrates_on_the_target_rank() {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
-        let xs: Vec<f64> = (1..=1000).map(|i| i as f64).collect();
+        let cells: Vec<u32> = (1..=1000).map(|i| i * 50).collect();
         let mut total = 0usize;
         for _ in 0..200 {
-            let (v, below) = interval_mechanism(&mut rng, &xs, 0.0, 1001.0, 0.5, 1.0);
-            assert!((0.0..=1001.0).contains(&v));
-            assert_eq!(below, xs.partition_point(|&x| x < v));
-            total += below.abs_diff(500);
+            let (c, split) = cell_mechanism(&mut rng, &cells, 0, GRID_CELLS + 1, 0.5, 1.0);
+            assert!(c <= GRID_CELLS + 1);
+            let below = cells.partition_point(|&x| x < c);
+            assert!((below..=cells.partition_point(|&x| x <= c)).contains(&split));
+            total += split.abs_diff(500);
         }
-        // With η = 1 the rank error is Laplace-like with scale 1.
-        assert!(
-            total as f64 / 200.0 < 3.0,
-            "mean error {}",
-            total as f64 / 200.0
-        );
+        // With η s = 1 the rank error is Laplace-like with scale 1, plus
+        // log(50)/η for the 49 empty cells of each gap.
+        let mean = total as f64 / 200.0;
+        assert!(mean < 8.0, "mean error {mean}");
+    }
+
+    #[test]
+    fn a_tied_run_covering_the_target_is_chosen() {
+        // 300 distinct values 1,000 cells apart, the middle one repeated 2,000
+        // times: the median is that value, with utility 0 over 2,000 ranks.
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(4);
+        let mut cells: Vec<u32> = (1..=300).map(|i| i * 200).collect();
+        cells.extend(std::iter::repeat_n(150 * 200, 2000));
+        cells.sort_unstable();
+        let hits = (0..200)
+            .filter(|_| cell_mechanism(&mut rng, &cells, 0, GRID_CELLS + 1, 0.5, 0.05).0 == 30_000)
+            .count();
+        assert!(hits >= 190, "{hits} of 200");
+    }
+
+    #[test]
+    fn cells_round_trip_within_the_resolution() {
+        for x in [0.0, 1e-12, 0.3, 0.5, 0.999_999_9, 1.0] {
+            let v = cell_value(cell_of(x, 1.0), 1.0);
+            assert!((v - x).abs() <= resolution() / 2.0 + 1e-15, "{x} -> {v}");
+        }
+        assert_eq!(cell_value(cell_of(0.0, 2.0), 2.0), 0.0);
+        assert_eq!(cell_value(cell_of(2.0, 2.0), 2.0), 2.0);
+    }
+
+    #[test]
+    fn utility_changes_span_at_most_one() {
+        // Brute force over small data: add one value anywhere, every level.
+        let utility = |cells: &[u32], c: u32, q: f64| {
+            let a = cells.iter().filter(|&&x| x < c).count() as f64;
+            let b = cells.iter().filter(|&&x| x <= c).count() as f64;
+            let t = q * cells.len() as f64;
+            -utility_scale(q) * (a - t).max(t - b).max(0.0)
+        };
+        let base: Vec<u32> = vec![1, 2, 2, 4, 4, 4, 5, 7, 7, 8];
+        let mut worst: f64 = 0.0;
+        for q in [0.1, 1.0 / 3.0, 0.5, 0.6, 0.8, 0.95] {
+            for z in 0..10u32 {
+                let mut added = base.clone();
+                added.push(z);
+                added.sort_unstable();
+                let diffs: Vec<f64> = (0..10u32)
+                    .map(|c| utility(&added, c, q) - utility(&base, c, q))
+                    .collect();
+                let span = diffs.iter().cloned().fold(f64::MIN, f64::max)
+                    - diffs.iter().cloned().fold(f64::MAX, f64::min);
+                assert!(span <= 1.0 + 1e-12, "q {q}, z {z}: span {span}");
+                worst = worst.max(span);
+            }
+        }
+        // The bound is attained, so the test would catch a looser utility.
+        assert!(worst > 0.99, "{worst}");
     }
 
     #[test]

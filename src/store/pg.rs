@@ -572,6 +572,7 @@ fn read_rows(
     sink: &mut dyn FnMut(StoredRecord) -> bool,
 ) -> Result<(), StoreError> {
     let mut client = connect(config, ctx)?;
+    wait_for_writers_in_flight(&mut client, ctx)?;
     let mut tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
@@ -613,6 +614,30 @@ fn read_rows(
     tx.commit()
         .map_err(|e| ctx.backend("cannot end the read transaction", &e))?;
     Ok(())
+}
+
+/// Waits until no writing transaction is in flight before a load takes its
+/// snapshot.
+///
+/// Every writer holds the `last_seq` row lock (`FOR UPDATE`) from its first
+/// statement to the end of its COMMIT. A process killed while its COMMIT was in
+/// flight leaves a backend that still finishes that commit (PostgreSQL completes a
+/// commit it has received, deferred triggers and WAL flush included), possibly
+/// after a restarted process has loaded the log: that process would then serve
+/// state without a change the log holds (a refresh lowering a threshold, a
+/// release's charge), so a trainer would clip at a threshold the log no longer
+/// charges. Taking the same row `FOR SHARE` (in its own short transaction) blocks
+/// until every such writer has committed or rolled back; the snapshot taken after
+/// it contains every commit that was in flight when the load began. Writers that
+/// start later belong to live processes, which see their own results.
+fn wait_for_writers_in_flight(client: &mut Client, ctx: &Ctx<'_>) -> Result<(), StoreError> {
+    client
+        .query_one(
+            "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR SHARE",
+            &[],
+        )
+        .map(drop)
+        .map_err(|e| ctx.backend("cannot wait for writers in flight (last_seq FOR SHARE)", &e))
 }
 
 fn raw_row(row: &postgres::Row, expected_seq: u64, ctx: &Ctx<'_>) -> Result<RawRow, StoreError> {

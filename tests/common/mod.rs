@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 /// Path of the binary under test.
@@ -19,6 +19,9 @@ pub struct Server {
     pub url: String,
     pub data_dir: PathBuf,
     pub store: Option<String>,
+    /// Its standard output after the listening line, kept open (a server that
+    /// prints to a closed pipe would fail).
+    stdout: Option<BufReader<ChildStdout>>,
 }
 
 impl Server {
@@ -29,12 +32,37 @@ impl Server {
 
     /// Start, or return what the server printed when it refused to start.
     pub fn try_start(data_dir: &Path, store: Option<&str>) -> Result<Server, String> {
+        Self::try_start_with(data_dir, store, &[])
+    }
+
+    /// Start with extra `serve` flags; `lines` more lines of its standard output
+    /// (after the listening line) are returned beside it.
+    pub fn start_with(data_dir: &Path, extra: &[&str], lines: usize) -> (Server, Vec<String>) {
+        let mut server = Self::try_start_with(data_dir, None, extra)
+            .unwrap_or_else(|e| panic!("server did not start: {e}"));
+        let mut out = server.stdout.take().expect("stdout");
+        let printed = (0..lines)
+            .map(|_| {
+                let mut line = String::new();
+                out.read_line(&mut line).expect("stdout line");
+                line.trim().to_string()
+            })
+            .collect();
+        (server, printed)
+    }
+
+    fn try_start_with(
+        data_dir: &Path,
+        store: Option<&str>,
+        extra: &[&str],
+    ) -> Result<Server, String> {
         let mut cmd = Command::new(binary());
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--data-dir")
-            .arg(data_dir);
+            .arg(data_dir)
+            .args(extra);
         if let Some(s) = store {
             cmd.arg("--store").arg(s);
         }
@@ -42,17 +70,16 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-        let stdout = child.stdout.take().expect("stdout");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
+        stdout.read_line(&mut line).map_err(|e| e.to_string())?;
         if let Some(addr) = line.trim().strip_prefix("dpledger listening on ") {
             return Ok(Server {
                 child: Some(child),
                 url: addr.to_string(),
                 data_dir: data_dir.to_path_buf(),
                 store: store.map(String::from),
+                stdout: Some(stdout),
             });
         }
         let output = child.wait_with_output().map_err(|e| e.to_string())?;
@@ -182,6 +209,18 @@ pub fn post_raw(url: &str, token: Option<&str>, content_type: &str, body: &[u8])
     finish(req.send_bytes(body))
 }
 
+/// Create each of `ids` as a 20-example Poisson dataset (q = 0.5, sigma = 1).
+pub fn create_small_datasets(server: &Server, ids: &[&str]) {
+    for id in ids {
+        let r = post(
+            &format!("{}/v1/datasets", server.url),
+            Some(&server.admin_token()),
+            &json!({"id": id, "config": poisson_config(20, 0.5, 1.0)}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+}
+
 /// A small Poisson dataset config.
 pub fn poisson_config(n: u64, q: f64, sigma: f64) -> Value {
     json!({
@@ -256,6 +295,25 @@ pub fn assert_served_matches_replay(
         assert!(
             served <= worst * (1.0 + 1e-12),
             "example {id} above the worst case"
+        );
+        // Both parts, each against the replay: the per-instance RDP epsilon and
+        // which bound gave the epsilon; the RDP and PLD worst cases.
+        let served_rdp = r.body["example"]["rdp_epsilon"].as_f64().expect("rdp");
+        let want_rdp = ex["rdp_epsilon"].as_f64().expect("rdp");
+        assert!(rel(served_rdp, want_rdp) <= 1e-12, "example {id} rdp");
+        assert_eq!(r.body["example"]["bound"], ex["bound"], "example {id}");
+        assert!(served <= served_rdp, "example {id} above its RDP epsilon");
+        for part in ["rdp", "pld"] {
+            let s = r.body["worst_case"][part]["epsilon"].as_f64().expect(part);
+            let w = offline["worst_case"][part]["epsilon"].as_f64().expect(part);
+            assert!(
+                rel(s, w) <= 1e-12,
+                "worst case {part}: served {s} replay {w}"
+            );
+        }
+        assert_eq!(
+            r.body["worst_case"]["method"],
+            offline["worst_case"]["method"]
         );
     }
 }

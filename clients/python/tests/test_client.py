@@ -30,7 +30,10 @@ def test_operations_endpoints(server, admin: Client):
     assert anonymous.readyz().status == "ok"
     doc = anonymous.openapi_json()
     assert "/v1/datasets/{dataset}/steps" in doc["paths"]
-    text = anonymous.metrics_endpoint()
+    # /metrics names datasets and groups: it needs an admin (or metrics) token.
+    with pytest.raises(Unauthorized):
+        anonymous.metrics_endpoint()
+    text = admin.metrics_endpoint()
     assert isinstance(text, str)
 
 
@@ -43,7 +46,7 @@ def test_dataset_lifecycle(server, admin: Client, new_id):
     assert view.status.examples == 100 and view.status.steps == 0
     assert view.status.filter is not None and view.status.filter.epsilon == 3.0
     # No steps: zero RDP; the conversion's own slack keeps epsilon just above 0.
-    assert view.worst_case.steps == 0 and set(view.worst_case.rdp) == {0.0}
+    assert view.worst_case.steps == 0 and set(view.worst_case.rdp.rdp) == {0.0}
     assert 0.0 <= view.worst_case.epsilon < 0.01
     assert ds in admin.list_datasets().datasets
     assert admin.get_dataset(ds) == view
@@ -94,10 +97,10 @@ def test_steps_thresholds_refresh_privacy(server, admin: Client, new_id):
     p = admin.example_privacy(ds, 7, delta=1e-5)
     assert p.delta == 1e-5 and p.example.id == 7 and p.example.steps == 2
     assert p.example.guarantee and not p.example.retired
-    assert len(p.example.rdp) == len(p.worst_case.rdp) == admin.get_dataset(ds).status.orders
+    assert len(p.example.rdp) == len(p.worst_case.rdp.rdp) == admin.get_dataset(ds).status.orders
     assert 0 < p.example.epsilon < p.worst_case.epsilon
     # Example 1 was refreshed to 0 before step 1: it is charged only step 0.
-    assert admin.example_privacy(ds, 1).example.epsilon < p.worst_case.epsilon
+    assert admin.example_privacy(ds, 1).example.rdp_epsilon < p.worst_case.rdp.epsilon
     classic = admin.example_privacy(ds, 7, conversion="classic").example.epsilon
     assert classic > p.example.epsilon  # the improved conversion is tighter
     wc = admin.worst_case(ds, delta=1e-3)
@@ -237,4 +240,4 @@ def test_worst_case_matches_the_stateless_accountant(server, admin: Client, new_
         admin.report_step(ds, t, [t], [0.2])
     want = admin.accountant_epsilon(0.1, 1.3, 25, 1e-5, orders=orders)
     got = admin.worst_case(ds)
-    assert rel(got.epsilon, want.epsilon) <= 1e-12 and got.order == want.order
+    assert rel(got.rdp.epsilon, want.epsilon) <= 1e-12 and got.rdp.order == want.order and got.epsilon <= got.rdp.epsilon

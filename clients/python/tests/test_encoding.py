@@ -170,7 +170,7 @@ def test_binary_with_part_and_overrides_is_understood(server, admin: Client, new
     assert second.complete and second.thresholds == [1.0]
     # The step was charged at q = 0.5, not the dataset's 0.3.
     want = admin.accountant_epsilon(0.5, 1.0, 1, 1e-5, orders=orders).epsilon
-    assert admin.worst_case(ds).epsilon == pytest.approx(want, rel=1e-12)
+    assert admin.worst_case(ds).rdp.epsilon == pytest.approx(want, rel=1e-12)
     assert want > admin.accountant_epsilon(0.3, 1.0, 1, 1e-5, orders=orders).epsilon
     # Bad values in a binary body are refused like JSON ones, naming the field.
     with pytest.raises(BadRequest) as bad:

@@ -105,12 +105,12 @@ def test_release_cost_reaches_every_owner_and_the_worst_case(server, admin: Clie
     for j, alpha in enumerate(ORDERS):
         charge = alpha * release.rho
         assert rel(after.example.rdp[j] - before.example.rdp[j], charge) < 1e-9, alpha
-        assert rel(after.worst_case.rdp[j] - before.worst_case.rdp[j], charge) < 1e-9, alpha
+        assert rel(after.worst_case.rdp.rdp[j] - before.worst_case.rdp.rdp[j], charge) < 1e-9, alpha
     assert after.example.epsilon > before.example.epsilon
     assert after.worst_case.epsilon > before.worst_case.epsilon
     public = admin.worst_case(ds)
     for j, alpha in enumerate(ORDERS):
-        assert rel(public.rdp[j] - before.worst_case.rdp[j], alpha * release.rho) < 1e-9
+        assert rel(public.rdp.rdp[j] - before.worst_case.rdp.rdp[j], alpha * release.rho) < 1e-9
 
     # Viewers poll the latest release at no new cost.
     for _ in range(3):

@@ -14,7 +14,7 @@ use crate::release::{
 use crate::retry::{retry_status, retry_transport, Idempotency, RetryPolicy};
 use crate::types::{
     CreateDataset, DatasetConfig, DatasetList, DatasetView, Health, PrivacyQuery, PrivacyView,
-    RefreshOutcome, RefreshRequest, StepOutcome, StepReport, Thresholds, WorstCase,
+    RefreshOutcome, RefreshRequest, StepOutcome, StepReport, Thresholds, WorstCaseBounds,
 };
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::Method;
@@ -515,7 +515,7 @@ impl Client {
 
     /// `GET /v1/datasets/{d}/worst-case` (every role of `d`): the public,
     /// data-independent accountant.
-    pub async fn worst_case(&self, dataset: &str, query: PrivacyQuery) -> Result<WorstCase> {
+    pub async fn worst_case(&self, dataset: &str, query: PrivacyQuery) -> Result<WorstCaseBounds> {
         check_dataset_id(dataset)?;
         self.json_call(
             Method::GET,
@@ -760,7 +760,8 @@ impl Client {
         .await
     }
 
-    /// `GET /metrics`: the Prometheus text exposition.
+    /// `GET /metrics`: the Prometheus text exposition (needs an admin or a
+    /// `metrics` token on the main listener).
     pub async fn metrics(&self) -> Result<String> {
         let url = self.url(&["metrics"], &[])?;
         let answer = self

@@ -11,6 +11,8 @@
 //!   current from the answers of its own reports.
 //! * [`trace::TraceWriter`]: a replayable copy of the reports, for an offline
 //!   `dpledger replay`.
+//! * [`tensorboard`]: the run's privacy scalars as a TensorBoard event file,
+//!   under the Python client's tags.
 //!
 //! ```no_run
 //! # async fn run() -> dpledger_client::Result<()> {
@@ -34,6 +36,7 @@ mod mirror;
 pub mod release;
 pub mod retry;
 mod session;
+pub mod tensorboard;
 pub mod trace;
 mod types;
 
@@ -49,7 +52,8 @@ pub use release::{
 pub use retry::RetryPolicy;
 pub use session::TrainingSession;
 pub use types::{
-    Clipping, Conversion, DatasetConfig, DatasetView, ExamplePrivacy, FilterStatus, Health,
-    IndividualBudget, LedgerStatus, Part, PendingStatus, PrivacyQuery, PrivacyView, RefreshOutcome,
-    Sampling, StepOutcome, StepReport, Thresholds, WorstCase,
+    Bound, Clipping, Conversion, DatasetConfig, DatasetView, ExamplePrivacy, FilterStatus, Health,
+    IndividualBudget, LedgerStatus, Part, PendingStatus, PldWorstCase, PrivacyQuery, PrivacyView,
+    RefreshOutcome, Sampling, StepOutcome, StepReport, Thresholds, WorstCase, WorstCaseBounds,
+    WorstCaseMethod,
 };

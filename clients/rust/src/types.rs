@@ -135,8 +135,8 @@ pub struct DatasetView {
     pub config: DatasetConfig,
     /// Ledger summary.
     pub status: LedgerStatus,
-    /// The data-independent accountant at the configured delta.
-    pub worst_case: WorstCase,
+    /// The data-independent accountants (PLD and RDP) at the configured delta.
+    pub worst_case: WorstCaseBounds,
 }
 
 /// A step whose parts are still arriving.
@@ -192,7 +192,8 @@ pub struct LedgerStatus {
     pub memory_bytes: u64,
 }
 
-/// The data-independent (worst-case) accountant at the current step.
+/// The data-independent RDP accountant at the current step (the `rdp` part of
+/// [`WorstCaseBounds`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct WorstCase {
     /// Its epsilon at the requested delta (`+inf` when unbounded).
@@ -206,6 +207,58 @@ pub struct WorstCase {
     pub rdp: Vec<f64>,
     /// Number of steps applied so far.
     pub steps: u64,
+}
+
+/// Which accountant gave a worst-case epsilon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorstCaseMethod {
+    /// The privacy loss distribution accountant (tightest; spec §8).
+    Pld,
+    /// The RDP accountant (spec §4).
+    Rdp,
+}
+
+/// The PLD worst case: a proven upper bound for every example.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct PldWorstCase {
+    /// Its epsilon at the requested delta.
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub epsilon: f64,
+    /// Grid spacing of the privacy loss (losses rounded up on it).
+    pub value_discretization: f64,
+    /// Always true: a pessimistic discretisation.
+    pub guarantee: bool,
+}
+
+/// The data-independent worst case by both accountants; `epsilon` is the tighter.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct WorstCaseBounds {
+    /// The tightest proven worst-case epsilon, `min(pld.epsilon, rdp.epsilon)`.
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub epsilon: f64,
+    /// The accountant that gave `epsilon`.
+    pub method: WorstCaseMethod,
+    /// Number of steps applied so far.
+    pub steps: u64,
+    /// The PLD worst case (`None` when it could not be computed: see `pld_error`).
+    #[serde(default)]
+    pub pld: Option<PldWorstCase>,
+    /// Why there is no PLD worst case, if there is none.
+    #[serde(default)]
+    pub pld_error: Option<String>,
+    /// The RDP worst case (epsilon, order, RDP vector).
+    pub rdp: WorstCase,
+}
+
+/// Which bound gave an example's epsilon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// The example's own RDP ledger.
+    PerInstanceRdp,
+    /// The dataset's PLD worst case, which holds for every example.
+    WorstCasePld,
 }
 
 /// One part of a step that data-parallel workers report separately.
@@ -361,10 +414,19 @@ impl PrivacyQuery {
 pub struct ExamplePrivacy {
     /// The example.
     pub id: u64,
-    /// Its epsilon at the requested delta (`+inf` when unbounded).
+    /// Its epsilon at the requested delta (`+inf` when unbounded): the smaller of
+    /// its per-instance RDP epsilon and the dataset's PLD worst case.
     #[serde(deserialize_with = "f64_or_inf")]
     pub epsilon: f64,
-    /// The Rényi order attaining it.
+    /// The bound that gave `epsilon`.
+    pub bound: Bound,
+    /// Its per-instance RDP epsilon.
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub rdp_epsilon: f64,
+    /// The dataset's PLD worst case at the same delta (`None` when none).
+    #[serde(default)]
+    pub worst_case_pld_epsilon: Option<f64>,
+    /// The Rényi order attaining `rdp_epsilon`.
     #[serde(deserialize_with = "f64_or_inf")]
     pub order: f64,
     /// Its accumulated RDP at each of the ledger's orders.
@@ -389,8 +451,8 @@ pub struct PrivacyView {
     pub delta: f64,
     /// The example's own accounting.
     pub example: ExamplePrivacy,
-    /// The data-independent accountant at the same delta.
-    pub worst_case: WorstCase,
+    /// The data-independent accountants (PLD and RDP) at the same delta.
+    pub worst_case: WorstCaseBounds,
 }
 
 /// Liveness / readiness.

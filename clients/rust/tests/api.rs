@@ -38,7 +38,7 @@ async fn datasets_create_list_get_archive() {
     assert!(view.status.guarantee);
     assert_eq!(view.status.filter.as_ref().unwrap().epsilon, 4.0);
     assert_eq!(view.worst_case.steps, 0);
-    assert!(view.worst_case.epsilon >= 0.0 && view.worst_case.rdp.iter().all(|&r| r == 0.0));
+    assert!(view.worst_case.epsilon >= 0.0 && view.worst_case.rdp.rdp.iter().all(|&r| r == 0.0));
     env.admin
         .create_dataset("run-b", &config(10, 0.5, 2.0))
         .await
@@ -272,7 +272,10 @@ async fn owner_privacy_and_worst_case() {
         })
         .await
         .unwrap();
-    assert!(rel(worst.epsilon, offline.epsilon.unwrap()) < 1e-9);
+    // Its RDP part equals the stateless RDP accountant; the headline is the
+    // tighter of PLD and RDP, never above it.
+    assert!(rel(worst.rdp.epsilon, offline.epsilon.unwrap()) < 1e-9);
+    assert!(worst.epsilon <= worst.rdp.epsilon * (1.0 + 1e-12));
 
     // Another delta and the classic conversion give larger epsilons.
     let tighter = owner
@@ -280,7 +283,7 @@ async fn owner_privacy_and_worst_case() {
         .await
         .unwrap();
     assert_eq!(tighter.delta, 1e-8);
-    assert!(tighter.example.epsilon > seven.example.epsilon);
+    assert!(tighter.example.rdp_epsilon > seven.example.rdp_epsilon);
     let classic = owner
         .example_privacy(
             "p",
@@ -292,7 +295,7 @@ async fn owner_privacy_and_worst_case() {
         )
         .await
         .unwrap();
-    assert!(classic.example.epsilon > seven.example.epsilon);
+    assert!(classic.example.rdp_epsilon > seven.example.rdp_epsilon);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -411,7 +414,13 @@ async fn operations_endpoints() {
         .report_step("m", &StepReport::new(0, vec![1, 2], vec![0.1, 0.2]))
         .await
         .unwrap();
-    let metrics = anonymous.metrics().await.unwrap();
+    // /metrics names datasets and groups: it needs an admin or metrics token.
+    let refused = anonymous.metrics().await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::Api { problem, .. } if problem.status == 401),
+        "{refused:?}"
+    );
+    let metrics = env.admin.metrics().await.unwrap();
     assert!(metrics.contains("dpledger_steps_total"), "{metrics}");
     assert!(
         metrics.contains("dpledger_norms_ingested_total"),

@@ -146,7 +146,7 @@ async fn a_release_is_charged_to_every_owner_and_the_worst_case() {
     for (j, alpha) in ORDERS.iter().enumerate() {
         let charge = alpha * release.rho;
         let own = after.example.rdp[j] - before.example.rdp[j];
-        let worst = after.worst_case.rdp[j] - before.worst_case.rdp[j];
+        let worst = after.worst_case.rdp.rdp[j] - before.worst_case.rdp.rdp[j];
         assert!(
             own >= charge * (1.0 - 1e-9),
             "order {alpha}: {own} < {charge}"

@@ -33,12 +33,13 @@ struct Args {
     delta: f64,
     refresh_every: Option<u64>,
     seed: Option<u64>,
+    tensorboard: Option<PathBuf>,
 }
 
 const USAGE: &str =
     "usage: digits --url URL --token TOKEN [--data target/digits.csv] [--dataset ID] \
 [--existing] [--epochs 20] [--batch 64] [--sigma 1.0] [--clip 1.0] [--lr 2.0] [--delta 1e-5] \
-[--refresh-every 0] [--seed N]   (URL and TOKEN also from DPLEDGER_URL, DPLEDGER_TOKEN)";
+[--refresh-every 0] [--seed N] [--tensorboard LOGDIR]   (URL and TOKEN also from DPLEDGER_URL, DPLEDGER_TOKEN)";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -55,6 +56,7 @@ fn parse_args() -> Result<Args, String> {
         delta: 1e-5,
         refresh_every: None,
         seed: None,
+        tensorboard: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,6 +83,7 @@ fn parse_args() -> Result<Args, String> {
             "--delta" => a.delta = num(&value)?,
             "--refresh-every" => a.refresh_every = Some(int(&value)?).filter(|&k| k > 0),
             "--seed" => a.seed = Some(int(&value)?),
+            "--tensorboard" => a.tensorboard = Some(PathBuf::from(value)),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
@@ -138,6 +141,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         DpSgdConfig {
             refresh_every: args.refresh_every,
             seed: args.seed,
+            tensorboard_dir: args.tensorboard.clone(),
+            tensorboard_every: Some(10),
             ..Default::default()
         },
     )?;
@@ -168,6 +173,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let steps = trainer.session().next_step();
+    if let Some(file) = trainer.tensorboard_file() {
+        println!("TensorBoard scalars: {}", file.display());
+    }
     drop(trainer);
 
     let worst = runtime.block_on(client.worst_case(&id, PrivacyQuery::at_delta(args.delta)))?;

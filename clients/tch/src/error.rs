@@ -4,7 +4,7 @@ use std::fmt;
 
 /// Everything a DP-SGD step can fail with. No step updates the model unless the
 /// ledger accepted its report first, so after an error the model has not taken
-/// the failed step.
+/// the failed step, except after [`Error::TensorBoard`].
 #[derive(Debug)]
 pub enum Error {
     /// The ledger refused a report or could not be reached (after retries).
@@ -19,6 +19,9 @@ pub enum Error {
     Config(String),
     /// Reading data failed.
     Io(std::io::Error),
+    /// The step was accepted by the ledger **and taken by the model**; only
+    /// reading or writing its TensorBoard scalars failed afterwards.
+    TensorBoard(Box<Error>),
 }
 
 impl fmt::Display for Error {
@@ -29,6 +32,7 @@ impl fmt::Display for Error {
             Error::Model(m) => write!(f, "model: {m}"),
             Error::Config(m) => write!(f, "configuration: {m}"),
             Error::Io(e) => write!(f, "i/o: {e}"),
+            Error::TensorBoard(e) => write!(f, "step taken; TensorBoard scalars not written: {e}"),
         }
     }
 }
@@ -39,6 +43,7 @@ impl std::error::Error for Error {
             Error::Ledger(e) => Some(e),
             Error::Torch(e) => Some(e),
             Error::Io(e) => Some(e),
+            Error::TensorBoard(e) => Some(e.as_ref()),
             _ => None,
         }
     }

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::grad::{clip_factors, per_example_norms, per_layer_norms, reported_norm, NormMethod};
 use crate::model::DpModule;
 use crate::sampler::poisson_batch;
+use dpledger_client::tensorboard::{privacy_scalars, SummaryWriter};
 use dpledger_client::{Client, Encoding, RefreshOutcome, Sampling, StepOutcome, TrainingSession};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -47,6 +48,14 @@ pub struct DpSgdConfig {
     /// Write every accepted report to this file in the `dpledger replay` format
     /// (only for a dataset at step 0).
     pub trace: Option<PathBuf>,
+    /// Write the run's privacy scalars (worst-case epsilon, the latest DP mean and
+    /// quantiles, share of examples retired; the Python client's tags) to a new
+    /// event file in this TensorBoard log directory after steps
+    /// (`tensorboard_every`). Costs two reads per write, no privacy.
+    pub tensorboard_dir: Option<PathBuf>,
+    /// Write the TensorBoard scalars after every this many steps (default every
+    /// step); only with `tensorboard_dir`.
+    pub tensorboard_every: Option<u64>,
 }
 
 /// What one step did.
@@ -80,6 +89,8 @@ pub struct DpSgd {
     norm_method: NormMethod,
     sampler: StdRng,
     noise: StdRng,
+    tensorboard: Option<SummaryWriter>,
+    tensorboard_every: u64,
 }
 
 /// The batch on the device of the model's parameters.
@@ -123,6 +134,15 @@ impl DpSgd {
         if config.refresh_every == Some(0) {
             return Err(Error::Config("refresh_every must be at least 1".into()));
         }
+        if config.tensorboard_every == Some(0) {
+            return Err(Error::Config("tensorboard_every must be at least 1".into()));
+        }
+        let tensorboard = match &config.tensorboard_dir {
+            Some(dir) => Some(SummaryWriter::new(dir).map_err(|e| {
+                Error::Config(format!("TensorBoard log directory {}: {e}", dir.display()))
+            })?),
+            None => None,
+        };
         let (sampler, noise) = match config.seed {
             Some(seed) => (
                 StdRng::seed_from_u64(seed),
@@ -141,6 +161,8 @@ impl DpSgd {
             session,
             sampler,
             noise,
+            tensorboard,
+            tensorboard_every: config.tensorboard_every.unwrap_or(1),
         })
     }
 
@@ -152,6 +174,32 @@ impl DpSgd {
     /// Run a future of the client (e.g. a privacy query) on the trainer's runtime.
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
+    }
+
+    /// Write the privacy scalars now, at step = steps applied (as the Python
+    /// `LedgerRun.log_tensorboard`), to the `tensorboard_dir` writer; returns what
+    /// was written (empty without a `tensorboard_dir`).
+    pub fn log_tensorboard(&mut self) -> Result<Vec<(String, f64)>> {
+        let Some(writer) = self.tensorboard.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let retired = self.session.mirror().retired_count() as u64;
+        let scalars = self.runtime.block_on(privacy_scalars(
+            self.session.client(),
+            self.session.dataset(),
+            retired,
+            self.examples,
+        ))?;
+        let step = self.session.next_step();
+        writer
+            .add_scalars(&scalars, step)
+            .and_then(|()| writer.flush())?;
+        Ok(scalars)
+    }
+
+    /// The TensorBoard event file, with `tensorboard_dir`.
+    pub fn tensorboard_file(&self) -> Option<&std::path::Path> {
+        self.tensorboard.as_ref().map(SummaryWriter::path)
     }
 
     /// Steps in one expected pass over the data: `round(1 / q)`.
@@ -267,6 +315,11 @@ impl DpSgd {
         self.check_optimizer(opt, &params)?;
         self.add_noise(&params)?;
         opt.step();
+        let applied = self.session.next_step();
+        if self.tensorboard.is_some() && applied % self.tensorboard_every == 0 {
+            self.log_tensorboard()
+                .map_err(|e| Error::TensorBoard(Box::new(e)))?;
+        }
         Ok(StepStats {
             step: outcome.step,
             batch_size,

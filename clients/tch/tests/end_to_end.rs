@@ -1,8 +1,10 @@
 //! DP-SGD against the real server for a few epochs: every step is accepted, the
 //! model learns, and the server's per-example epsilons equal an offline
-//! `dpledger replay` of the trace the trainer reported.
+//! `dpledger replay` of the trace the trainer reported; the TensorBoard scalars it
+//! wrote read back.
 
 use dpledger_client::local::{locate_binary, replay, LocalServer};
+use dpledger_client::tensorboard::{read_events, What};
 use dpledger_client::{Client, DatasetConfig, PrivacyQuery};
 use dpledger_tch::{accuracy, Activation, DpSgd, DpSgdConfig, Examples, Mlp, NormMethod};
 use std::path::{Path, PathBuf};
@@ -34,6 +36,39 @@ fn rel(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The trainer's TensorBoard file: the worst case after every 10th step, growing,
+/// the last equal (as f32) to the server's; nothing retired.
+fn check_tensorboard(
+    trainer: &DpSgd,
+    admin: &Client,
+    runtime: &tokio::runtime::Runtime,
+    steps: u64,
+) {
+    let file = trainer.tensorboard_file().expect("tensorboard_dir was set");
+    let mut worst = Vec::new();
+    let mut retired = Vec::new();
+    for event in read_events(file).unwrap() {
+        if let What::Scalars(values) = event.what {
+            for (tag, v) in values {
+                match tag.as_str() {
+                    "privacy/worst_case_epsilon" => worst.push((event.step, v)),
+                    "privacy/retired_share" => retired.push(v),
+                    other => panic!("unexpected tag {other} before any release"),
+                }
+            }
+        }
+    }
+    let logged: Vec<i64> = worst.iter().map(|w| w.0).collect();
+    let want: Vec<i64> = (1..=steps as i64).filter(|t| t % 10 == 0).collect();
+    assert_eq!(logged, want);
+    assert!(worst.windows(2).all(|w| w[0].1 < w[1].1), "{worst:?}");
+    let served = runtime
+        .block_on(admin.worst_case("blobs", PrivacyQuery::default()))
+        .unwrap();
+    assert_eq!(worst.last().unwrap().1, served.epsilon as f32);
+    assert!(retired.len() == want.len() && retired.iter().all(|&r| r == 0.0));
+}
+
 fn run(norm_method: NormMethod, epochs: u64, check_every_example: bool) {
     let dir = tempfile::tempdir().unwrap();
     let bin = binary();
@@ -55,6 +90,8 @@ fn run(norm_method: NormMethod, epochs: u64, check_every_example: bool) {
             refresh_every: Some(25),
             seed: Some(17),
             trace: Some(trace.clone()),
+            tensorboard_dir: Some(dir.path().join("tb")),
+            tensorboard_every: Some(10),
             norm_method,
             ..Default::default()
         },
@@ -92,6 +129,7 @@ fn run(norm_method: NormMethod, epochs: u64, check_every_example: bool) {
 
     let view = runtime.block_on(admin.dataset("blobs")).unwrap();
     assert_eq!(view.status.steps, steps);
+    check_tensorboard(&trainer, &admin, &runtime, steps);
     // The server's thresholds are the trainer's mirror.
     let served = runtime
         .block_on(admin.thresholds("blobs", None, None))

@@ -72,7 +72,7 @@ from .types import (
     ScheduleResponse,
     StepOutcome,
     Thresholds,
-    WorstCase,
+    WorstCaseBounds,
     from_json,
     to_json,
 )
@@ -110,7 +110,7 @@ OPERATIONS: Dict[str, Operation] = {
     "example_privacy": Operation(
         "GET", "/v1/datasets/{dataset}/examples/{example}/privacy", PrivacyView, IDEMPOTENT
     ),
-    "worst_case": Operation("GET", "/v1/datasets/{dataset}/worst-case", WorstCase, IDEMPOTENT),
+    "worst_case": Operation("GET", "/v1/datasets/{dataset}/worst-case", WorstCaseBounds, IDEMPOTENT),
     # releases (a release spends budget: never repeated once it may have arrived)
     "create_release": Operation(
         "POST", "/v1/datasets/{dataset}/releases", ReleaseOutcome, CONNECT_ONLY
@@ -440,7 +440,7 @@ class Client:
 
     def worst_case(
         self, dataset: str, *, delta: Optional[float] = None, conversion: Optional[str] = None
-    ) -> WorstCase:
+    ) -> WorstCaseBounds:
         """The public, data-independent accountant of a dataset."""
         return self._call(
             "worst_case",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, IO, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, IO, List, Optional, Sequence, Tuple, Union
 
 import torch
 from opacus.data_loader import dtype_safe, shape_safe, wrap_collate_with_empty
@@ -197,6 +197,8 @@ class LedgerRun:
         if self._trace is not None and self._owns_trace:
             self._trace.close()
         self._trace = None
+        for w in self.__dict__.pop("_tb_writers", {}).values():
+            w.close()
 
     # --- the protocol -----------------------------------------------------------
 
@@ -270,6 +272,33 @@ class LedgerRun:
         self._apply(ids_list, outcome.thresholds, outcome.retired, outcome.effective_step)
         self._write({"refresh": {"ids": ids_list, "norms": norms_list}})
         return outcome
+
+    def log_tensorboard(self, writer: Any, step: Optional[int] = None) -> Dict[str, float]:
+        """Write the run's privacy scalars to TensorBoard: the worst-case epsilon,
+        the latest DP mean and quantiles, and the share of examples retired.
+        ``writer`` is a log directory (a SummaryWriter is opened on it, see
+        ``dpledger.tensorboard.open_writer``) or anything with ``add_scalar``;
+        ``step`` defaults to the number of steps applied. Returns the scalars."""
+        from . import tensorboard
+
+        if isinstance(writer, (str, os.PathLike)):
+            writer = self._tensorboard_writer(os.fspath(writer))
+        return tensorboard.log_privacy(
+            self.client,
+            self.dataset,
+            writer,
+            self.next_step if step is None else step,
+            retired=int(self.retired.sum().item()),
+            examples=self.examples,
+        )
+
+    def _tensorboard_writer(self, logdir: str) -> Any:
+        from . import tensorboard
+
+        writers = self.__dict__.setdefault("_tb_writers", {})
+        if logdir not in writers:
+            writers[logdir] = tensorboard.open_writer(logdir)
+        return writers[logdir]
 
     def _apply(self, ids: List[int], thresholds: List[float], retired: List[int], effective: int) -> None:
         if ids:

@@ -28,6 +28,10 @@ __all__ = [
     "PendingStatus",
     "LedgerStatus",
     "WorstCase",
+    "WorstCaseBounds",
+    "WorstCaseMethod",
+    "PldWorstCase",
+    "Bound",
     "DatasetView",
     "DatasetList",
     "Part",
@@ -193,6 +197,35 @@ class WorstCase:
     steps: int
 
 
+WorstCaseMethod = Literal["pld", "rdp"]
+AccountantMethod = Literal["pld", "rdp"]
+Bound = Literal["per_instance_rdp", "worst_case_pld"]
+
+
+@dataclass
+class PldWorstCase:
+    """The PLD worst case: a proven upper bound for every example."""
+
+    __schema__: ClassVar[str] = "PldWorstCase"
+    epsilon: float
+    value_discretization: float
+    guarantee: bool
+
+
+@dataclass
+class WorstCaseBounds:
+    """The data-independent worst case by both accountants; ``epsilon`` is the
+    tighter (``method`` says which), ``rdp`` the RDP accountant's detail."""
+
+    __schema__: ClassVar[str] = "WorstCaseBounds"
+    epsilon: float
+    method: WorstCaseMethod
+    steps: int
+    rdp: WorstCase
+    pld: Optional[PldWorstCase] = None
+    pld_error: Optional[str] = None
+
+
 @dataclass
 class DatasetView:
     __schema__: ClassVar[str] = "DatasetView"
@@ -200,7 +233,7 @@ class DatasetView:
     archived: bool
     config: DatasetConfig
     status: LedgerStatus
-    worst_case: WorstCase
+    worst_case: WorstCaseBounds
 
 
 @dataclass
@@ -275,6 +308,8 @@ class ExamplePrivacy:
     __schema__: ClassVar[str] = "ExamplePrivacy"
     id: int
     epsilon: float
+    bound: Bound
+    rdp_epsilon: float
     order: float
     rdp: List[float]
     steps: int
@@ -282,6 +317,7 @@ class ExamplePrivacy:
     over_budget: bool
     threshold: float
     guarantee: bool
+    worst_case_pld_epsilon: Optional[float] = None
 
 
 @dataclass
@@ -289,7 +325,7 @@ class PrivacyView:
     __schema__: ClassVar[str] = "PrivacyView"
     delta: float
     example: ExamplePrivacy
-    worst_case: WorstCase
+    worst_case: WorstCaseBounds
 
 
 # --- accountant -------------------------------------------------------------
@@ -319,12 +355,15 @@ class EpsilonRequest:
     delta: float
     orders: Optional[List[float]] = None
     conversion: Optional[Conversion] = None
+    method: Optional[AccountantMethod] = None
+    value_discretization: Optional[float] = None
 
 
 @dataclass
 class EpsilonResponse:
     __schema__: ClassVar[str] = "EpsilonResponse"
     delta: float
+    method: AccountantMethod
     epsilon: Optional[float] = None
     order: Optional[float] = None
 
@@ -337,12 +376,17 @@ class NoiseRequest:
     sampling_rate: float
     steps: int
     orders: Optional[List[float]] = None
+    method: Optional[AccountantMethod] = None
+    value_discretization: Optional[float] = None
 
 
 @dataclass
 class NoiseResponse:
     __schema__: ClassVar[str] = "NoiseResponse"
     noise_multiplier: float
+    method: AccountantMethod
+    rdp_noise_multiplier: Optional[float] = None
+    noise_saving: Optional[float] = None
 
 
 @dataclass

@@ -1,0 +1,400 @@
+//! Endpoints of datasets, training and privacy queries: create, list, read and
+//! archive datasets; report steps and refreshes; read thresholds, an example's
+//! privacy and the worst case. Each handler authorises, extracts, calls the
+//! engine and shapes the answer.
+
+use super::auth::Access;
+use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
+use super::problem::{ApiResult, Problem};
+use super::state::AppState;
+use super::task::run_to_completion;
+use crate::accounting::{validate, Conversion};
+use crate::engine::{Dataset, DatasetSetup};
+use crate::ledger::{
+    DatasetConfig, ExamplePrivacy, Ledger, LedgerStatus, RefreshOutcome, StepOutcome, StepReport,
+    WorstCaseBounds,
+};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use utoipa::{IntoParams, ToSchema};
+
+type S = State<Arc<AppState>>;
+
+/// Create a dataset (one training run's ledger).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDataset {
+    /// 1–64 characters of `A-Z a-z 0-9 . _ -`.
+    pub id: String,
+    /// The ledger's configuration.
+    pub config: DatasetConfig,
+    /// Budget for DP releases of aggregates (default: none, so no release is
+    /// possible until a curator sets one).
+    #[serde(default)]
+    pub release_budget: Option<crate::release::BudgetRequest>,
+    /// Group labels of examples `0, 1, …` (`null`: unlabelled), for per-group
+    /// releases.
+    #[serde(default)]
+    pub labels: Option<Vec<Option<String>>>,
+    /// Release automatically every N steps.
+    #[serde(default)]
+    pub release_policy: Option<crate::release::ReleasePolicy>,
+}
+
+/// A dataset's state, with the public worst case at its reporting delta.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DatasetView {
+    /// The id.
+    pub id: String,
+    /// Archived datasets are read-only.
+    pub archived: bool,
+    /// The configuration it was created with.
+    pub config: DatasetConfig,
+    /// Ledger summary (steps, retirements, memory).
+    pub status: LedgerStatus,
+    /// The data-independent accountants (PLD and RDP) at the configured delta.
+    pub worst_case: WorstCaseBounds,
+}
+
+/// Dataset ids visible to the caller.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DatasetList {
+    /// Sorted ids.
+    pub datasets: Vec<String>,
+}
+
+/// Which thresholds to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ThresholdRange {
+    /// First example id (inclusive, default 0).
+    pub start: Option<u64>,
+    /// Last example id (exclusive, default all, at most 1,048,576 per request).
+    pub end: Option<u64>,
+}
+
+/// Current clipping thresholds of a range of examples.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Thresholds {
+    /// The first id.
+    pub start: u64,
+    /// The step these thresholds apply to (the next step).
+    pub next_step: u64,
+    /// Threshold of ids `start, start+1, ...` (0 for retired examples).
+    pub thresholds: Vec<f64>,
+    /// The ids of the range that the individual filter retired: leave them out of
+    /// batches (a threshold of 0 alone may also mean a last norm of 0).
+    pub retired: Vec<u64>,
+}
+
+/// Full-batch norms for a refresh (spec §3.5).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshRequest {
+    /// Example ids (distinct).
+    pub ids: Vec<u64>,
+    /// Their unclipped gradient norms.
+    pub norms: Vec<f64>,
+}
+
+/// Privacy query parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PrivacyQuery {
+    /// Delta in (0, 1); default: the dataset's reporting delta.
+    pub delta: Option<f64>,
+    /// `improved` (default) or `classic`.
+    pub conversion: Option<String>,
+}
+
+/// One example's privacy, with the worst case beside it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrivacyView {
+    /// The delta used.
+    pub delta: f64,
+    /// The example's own accounting.
+    pub example: ExamplePrivacy,
+    /// The data-independent accountants (PLD and RDP) at the same delta.
+    pub worst_case: WorstCaseBounds,
+}
+
+fn parse_query(q: &PrivacyQuery, default_delta: f64) -> ApiResult<(f64, Conversion)> {
+    let delta = validate::delta("delta", q.delta.unwrap_or(default_delta))?;
+    let conversion = match q.conversion.as_deref() {
+        None => Conversion::default(),
+        Some(text) => text.parse().map_err(|e: String| {
+            Problem::bad_request(format!("invalid conversion: {e}")).with_field("conversion")
+        })?,
+    };
+    Ok((delta, conversion))
+}
+
+async fn view(state: &AppState, id: &str) -> ApiResult<DatasetView> {
+    state.engine.with_ledger(id, view_of).await
+}
+
+fn view_of(ds: &Dataset, ledger: &Ledger) -> ApiResult<DatasetView> {
+    let config = ledger.config().clone();
+    let worst_case = ds.worst_case_bounds(ledger, config.delta, Conversion::default())?;
+    Ok(DatasetView {
+        id: ds.id.clone(),
+        archived: ds.is_archived(),
+        status: ledger.status(),
+        config,
+        worst_case,
+    })
+}
+
+#[utoipa::path(post, path = "/v1/datasets", tag = "datasets", request_body = CreateDataset,
+    responses((status = 201, body = DatasetView), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 409, body = Problem)),
+    security(("bearer" = [])))]
+async fn create_dataset(
+    State(state): S,
+    Auth(claims): Auth,
+    body: RawBody,
+) -> ApiResult<impl IntoResponse> {
+    claims.authorize(Access::Admin)?;
+    let body: CreateDataset = body.json()?;
+    let setup = DatasetSetup {
+        release_budget: body
+            .release_budget
+            .as_ref()
+            .map(|b| b.to_rho())
+            .transpose()?,
+        labels: body.labels,
+        release_policy: body.release_policy,
+    };
+    let (st, id, config) = (state.clone(), body.id.clone(), body.config);
+    run_to_completion(async move {
+        st.engine
+            .create_dataset(&id, config, setup)
+            .await
+            .map(|_| ())
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(view(&state, &body.id).await?)))
+}
+
+#[utoipa::path(get, path = "/v1/datasets", tag = "datasets",
+    responses((status = 200, body = DatasetList), (status = 401, body = Problem)), security(("bearer" = [])))]
+async fn list_datasets(State(state): S, Auth(claims): Auth) -> ApiResult<Json<DatasetList>> {
+    let datasets = state
+        .engine
+        .dataset_ids()
+        .into_iter()
+        .filter(|d| claims.sees_dataset(d))
+        .collect();
+    Ok(Json(DatasetList { datasets }))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}", tag = "datasets", params(("dataset" = String, Path)),
+    responses((status = 200, body = DatasetView), (status = 401, body = Problem), (status = 403, body = Problem),
+               (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn get_dataset(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<DatasetView>> {
+    claims.authorize(Access::Train(&id))?;
+    Ok(Json(view(&state, &id).await?))
+}
+
+#[utoipa::path(post, path = "/v1/datasets/{dataset}/archive", tag = "datasets", params(("dataset" = String, Path)),
+    responses((status = 200, body = DatasetView), (status = 401, body = Problem), (status = 403, body = Problem),
+               (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn archive_dataset(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<DatasetView>> {
+    claims.authorize(Access::Curate(&id))?;
+    let (st, id2) = (state.clone(), id.clone());
+    run_to_completion(async move { st.engine.archive(&id2).await }).await?;
+    Ok(Json(view(&state, &id).await?))
+}
+
+#[utoipa::path(post, path = "/v1/datasets/{dataset}/steps", tag = "training", params(("dataset" = String, Path)),
+    request_body(content = StepReport, description = "JSON, or the compact binary encoding (application/octet-stream, see store::codec)"),
+    responses((status = 200, body = StepOutcome), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem),
+               (status = 413, body = Problem), (status = 415, body = Problem)),
+    security(("bearer" = [])))]
+async fn report_step(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    body: RawBody,
+) -> ApiResult<Json<StepOutcome>> {
+    claims.authorize(Access::Train(&id))?;
+    let report = body.step_report()?;
+    let span =
+        tracing::info_span!("step", dataset = %id, step = report.step, batch = report.ids.len());
+    use tracing::Instrument;
+    let st = state.clone();
+    Ok(Json(
+        run_to_completion(async move { st.engine.report_step(&id, report).await }.instrument(span))
+            .await?,
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/thresholds", tag = "training",
+    params(("dataset" = String, Path), ThresholdRange),
+    responses((status = 200, body = Thresholds), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn thresholds(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    query: ApiQuery<ThresholdRange>,
+) -> ApiResult<Json<Thresholds>> {
+    claims.authorize(Access::Train(&id))?;
+    let range = query.parse()?;
+    let max_range = state.limits.max_threshold_range;
+    let answer = state
+        .engine
+        .with_ledger(&id, |_, ledger| -> ApiResult<Thresholds> {
+            let start = range.start.unwrap_or(0);
+            let end = range
+                .end
+                .unwrap_or(ledger.examples())
+                .min(ledger.examples());
+            if start > end {
+                return Err(
+                    Problem::bad_request(format!("start {start} is after end {end}"))
+                        .with_field("start"),
+                );
+            }
+            if end - start > max_range {
+                return Err(Problem::bad_request(format!(
+                    "at most {} thresholds per request",
+                    max_range
+                ))
+                .with_field("end"));
+            }
+            let thresholds = ledger.thresholds(start..end)?;
+            Ok(Thresholds {
+                start,
+                next_step: ledger.next_step(),
+                thresholds,
+                retired: ledger.retired_in(start..end),
+            })
+        })
+        .await?;
+    Ok(Json(answer))
+}
+
+#[utoipa::path(post, path = "/v1/datasets/{dataset}/refresh", tag = "training", params(("dataset" = String, Path)),
+    request_body = RefreshRequest,
+    responses((status = 200, body = RefreshOutcome), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)),
+    security(("bearer" = [])))]
+async fn refresh(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    body: RawBody,
+) -> ApiResult<Json<RefreshOutcome>> {
+    claims.authorize(Access::Train(&id))?;
+    let body: RefreshRequest = body.json()?;
+    let (st, id2) = (state.clone(), id.clone());
+    Ok(Json(
+        run_to_completion(async move { st.engine.refresh(&id2, body.ids, body.norms).await })
+            .await?,
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/examples/{example}/privacy", tag = "privacy",
+    params(("dataset" = String, Path), ("example" = u64, Path), PrivacyQuery),
+    responses((status = 200, body = PrivacyView), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn example_privacy(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath((id, example)): ApiPath<(String, String)>,
+    query: ApiQuery<PrivacyQuery>,
+) -> ApiResult<Json<PrivacyView>> {
+    // Authorise before any validation. A malformed example id is no example an
+    // owner token lists (ids are below MAX_EXAMPLES), so owners get 403 for it and
+    // only those who may read any example of the dataset learn that it is malformed.
+    let example = example.parse::<u64>().map_err(|_| {
+        Problem::bad_request(format!(
+            "invalid path: example id {example:?} is not a number"
+        ))
+    });
+    claims.authorize(Access::Example(&id, *example.as_ref().unwrap_or(&u64::MAX)))?;
+    let example = example?;
+    let q = query.parse()?;
+    let view = state
+        .engine
+        .with_ledger(&id, |ds, ledger| -> ApiResult<PrivacyView> {
+            let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
+            let (example, worst_case) = ds.example_privacy(ledger, example, delta, conversion)?;
+            Ok(PrivacyView {
+                delta,
+                example,
+                worst_case,
+            })
+        })
+        .await?;
+    metrics::counter!("dpledger_privacy_queries_total").increment(1);
+    Ok(Json(view))
+}
+
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/worst-case", tag = "privacy",
+    params(("dataset" = String, Path), PrivacyQuery),
+    responses((status = 200, body = WorstCaseBounds), (status = 400, body = Problem), (status = 401, body = Problem),
+               (status = 403, body = Problem), (status = 404, body = Problem)), security(("bearer" = [])))]
+async fn worst_case(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+    query: ApiQuery<PrivacyQuery>,
+) -> ApiResult<Json<WorstCaseBounds>> {
+    claims.authorize(Access::View(&id))?;
+    let q = query.parse()?;
+    let worst_case = state
+        .engine
+        .with_ledger(&id, |ds, ledger| -> ApiResult<WorstCaseBounds> {
+            let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
+            Ok(ds.worst_case_bounds(ledger, delta, conversion)?)
+        })
+        .await?;
+    Ok(Json(worst_case))
+}
+
+/// The dataset endpoints, merged into the main router.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/datasets", post(create_dataset).get(list_datasets))
+        .route("/v1/datasets/{dataset}", get(get_dataset))
+        .route("/v1/datasets/{dataset}/archive", post(archive_dataset))
+        .route("/v1/datasets/{dataset}/steps", post(report_step))
+        .route("/v1/datasets/{dataset}/thresholds", get(thresholds))
+        .route("/v1/datasets/{dataset}/refresh", post(refresh))
+        .route(
+            "/v1/datasets/{dataset}/examples/{example}/privacy",
+            get(example_privacy),
+        )
+        .route("/v1/datasets/{dataset}/worst-case", get(worst_case))
+}
+
+/// The dataset endpoints' part of the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    create_dataset,
+    list_datasets,
+    get_dataset,
+    archive_dataset,
+    report_step,
+    thresholds,
+    refresh,
+    example_privacy,
+    worst_case
+))]
+pub struct DatasetApi;

@@ -1,0 +1,58 @@
+//! The one place where domain errors become problem documents: the engine's, the
+//! ledger's and invalid arguments. Keeping the mapping here means the engine and
+//! the ledger never learn HTTP status codes, and a new domain error gets its
+//! status in exactly one match.
+
+use super::problem::Problem;
+use crate::accounting::InvalidArgument;
+use crate::engine::EngineError;
+use crate::ledger::{ErrorKind, LedgerError};
+use crate::store::StoreError;
+use axum::http::StatusCode;
+
+impl From<InvalidArgument> for Problem {
+    fn from(e: InvalidArgument) -> Self {
+        let field = e.name.clone();
+        Problem::bad_request(e.to_string()).with_field(field)
+    }
+}
+
+impl From<LedgerError> for Problem {
+    fn from(e: LedgerError) -> Self {
+        match (&e, e.kind()) {
+            (LedgerError::Invalid(inner), _) => inner.clone().into(),
+            (_, ErrorKind::BadRequest) => Problem::bad_request(e.to_string()),
+            (_, ErrorKind::Conflict) => Problem::conflict(e.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for Problem {
+    fn from(e: EngineError) -> Self {
+        let detail = e.to_string();
+        let with_field = |p: Problem, field: Option<&str>| match field {
+            Some(f) => p.with_field(f),
+            None => p,
+        };
+        match e {
+            EngineError::Ledger(e) => e.into(),
+            EngineError::Invalid(e) => e.into(),
+            EngineError::BadRequest { field, .. } => {
+                with_field(Problem::bad_request(detail), field)
+            }
+            EngineError::NotFound(_) => Problem::not_found(detail),
+            EngineError::Conflict { field, .. } => with_field(Problem::conflict(detail), field),
+            EngineError::WouldRetire { .. } => Problem::conflict(detail),
+            EngineError::OverBudget { refusal, .. } => {
+                Problem::conflict(detail).with_budget(refusal)
+            }
+            EngineError::Store(StoreError::Duplicate { .. }) => Problem::conflict(detail),
+            EngineError::Store(_) | EngineError::Unavailable(_) => {
+                Problem::internal(StatusCode::SERVICE_UNAVAILABLE, detail)
+            }
+            EngineError::Internal(_) => {
+                Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, detail)
+            }
+        }
+    }
+}

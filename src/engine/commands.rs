@@ -1,0 +1,292 @@
+//! The commands that change a dataset's ledger: create, step, refresh, archive.
+//! Each follows validate → persist → apply with the dataset's write lock held
+//! from check to apply (see the module doc of [`crate::engine`]).
+
+use super::book::{apply_setting, export_gauges, json_record, BudgetPayload, PolicyPayload};
+use super::dataset::{valid_dataset_id, Dataset};
+use super::error::{EngineError, EngineResult};
+use super::Engine;
+use crate::ledger::{DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport};
+use crate::release::{LabelAssignment, ReleasePolicy};
+use crate::store::codec::StepPayload;
+use crate::store::{Record, RecordKind, StoreError};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Payload of a `DatasetCreated` record.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct CreatedPayload {
+    pub(super) config: DatasetConfig,
+}
+
+/// Release settings given when a dataset is created.
+#[derive(Debug, Clone, Default)]
+pub struct DatasetSetup {
+    /// Release budget in zCDP `rho`.
+    pub release_budget: Option<f64>,
+    /// Labels of examples `0..labels.len()`.
+    pub labels: Option<Vec<Option<String>>>,
+    /// Automatic release policy.
+    pub release_policy: Option<ReleasePolicy>,
+}
+
+impl DatasetSetup {
+    /// Validate against the new ledger and encode as the records stored with the
+    /// creation.
+    fn records(&self, id: &str, ledger: &Ledger) -> EngineResult<Vec<Record>> {
+        let mut out = Vec::new();
+        if let Some(rho) = self.release_budget {
+            out.push(json_record(
+                id,
+                RecordKind::BudgetChange,
+                &BudgetPayload { rho_budget: rho },
+            )?);
+        }
+        if let Some(labels) = &self.labels {
+            if labels.len() as u64 > ledger.examples() {
+                return Err(EngineError::BadRequest {
+                    detail: format!("{} labels for {} examples", labels.len(), ledger.examples()),
+                    field: Some("labels"),
+                });
+            }
+            let a = LabelAssignment {
+                ids: (0..labels.len() as u64).collect(),
+                labels: labels.clone(),
+            };
+            crate::release::Labels::default().check(ledger.examples(), &a)?;
+            out.push(json_record(id, RecordKind::Labels, &a)?);
+        }
+        if let Some(p) = &self.release_policy {
+            let mut p = p.clone();
+            p.validate()?;
+            out.push(json_record(
+                id,
+                RecordKind::ReleasePolicy,
+                &PolicyPayload { policy: Some(p) },
+            )?);
+        }
+        Ok(out)
+    }
+}
+
+impl Engine {
+    /// Create a dataset, with its optional release settings (stored with the
+    /// creation, atomically). A conflict if the id is taken.
+    pub async fn create_dataset(
+        &self,
+        id: &str,
+        config: DatasetConfig,
+        setup: DatasetSetup,
+    ) -> EngineResult<Arc<Dataset>> {
+        if !valid_dataset_id(id) {
+            return Err(EngineError::BadRequest {
+                detail: "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)"
+                    .to_string(),
+                field: Some("id"),
+            });
+        }
+        let ledger = Ledger::new(config.clone())?;
+        let settings = setup.records(id, &ledger)?;
+        // The entry is reserved first so two concurrent creates cannot both persist.
+        let dataset = Arc::new(Dataset::new(id, ledger));
+        let guard = dataset.ledger.write().await;
+        match self.datasets.entry(id.to_string()) {
+            dashmap::Entry::Occupied(_) => {
+                return Err(EngineError::conflict(format!(
+                    "dataset {id:?} already exists"
+                )))
+            }
+            dashmap::Entry::Vacant(v) => {
+                v.insert(dataset.clone());
+            }
+        }
+        let payload = serde_json::to_vec(&CreatedPayload { config }).map_err(|e| {
+            EngineError::BadRequest {
+                detail: e.to_string(),
+                field: None,
+            }
+        })?;
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::DatasetCreated,
+            step: None,
+            part: None,
+            payload,
+        };
+        let mut records = vec![record];
+        records.extend(settings);
+        let applied: Vec<(RecordKind, Vec<u8>)> = records[1..]
+            .iter()
+            .map(|r| (r.kind, r.payload.clone()))
+            .collect();
+        if let Err(e) = self.persist(records).await {
+            if matches!(e, StoreError::OutcomeUnknown { .. }) {
+                // The creation may be in the log: keep the entry only if it is.
+                let mut guard = guard;
+                if self.reload_into(&dataset, &mut guard).await.is_ok() {
+                    drop(guard);
+                    return Ok(dataset);
+                }
+            }
+            self.datasets.remove(id);
+            return Err(EngineError::store(e));
+        }
+        {
+            let mut book = dataset.book_write();
+            for (kind, payload) in &applied {
+                // Checked by `DatasetSetup::records` against this very ledger.
+                if let Err(e) = apply_setting(&guard, &mut book, *kind, payload) {
+                    tracing::error!(dataset = id, error = %e, "setting persisted but not applied");
+                    dataset.mark_stale();
+                }
+            }
+            export_gauges(id, &book);
+        }
+        drop(guard.downgrade());
+        Ok(dataset)
+    }
+
+    /// Apply one step report (or part): validate, persist, apply.
+    pub async fn report_step(&self, id: &str, report: StepReport) -> EngineResult<StepOutcome> {
+        let ds = self.writable(id)?;
+        let started = Instant::now();
+        let mut ledger = ds.ledger.write().await;
+        self.locked_checks(&ds, &mut ledger).await?;
+        if let Some(previous) = ledger.check_step(&report)? {
+            return Ok(previous);
+        }
+        let part = report.part_or_whole();
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::StepPart,
+            step: Some(report.step),
+            part: Some(part.index),
+            payload: payload_from_report(&report).encode(),
+        };
+        match self.persist(vec![record]).await {
+            Ok(()) => {}
+            Err(e @ (StoreError::Duplicate { .. } | StoreError::OutcomeUnknown { .. })) => {
+                // Memory may be behind the log (another process stored this step, or
+                // our commit's outcome is unknown): rebuild from the log and answer
+                // from there. An identical report is then a retry; nothing else is
+                // acknowledged.
+                tracing::warn!(dataset = id, step = report.step, error = %e, "reloading the dataset from the log");
+                match self.reload_into(&ds, &mut ledger).await {
+                    Ok(()) => {}
+                    Err(p) => {
+                        ds.mark_stale();
+                        return Err(p);
+                    }
+                }
+                return match ledger.check_step(&report)? {
+                    Some(previous) => Ok(previous),
+                    None => Err(EngineError::store(e)),
+                };
+            }
+            Err(e) => return Err(EngineError::store(e)),
+        }
+        let outcome = ledger.step(&report).map_err(|e| {
+            // check_step promised this cannot happen; the log is the truth, so the
+            // next request reloads the ledger from it.
+            tracing::error!(dataset = id, step = report.step, error = %e, "step persisted but not applied");
+            ds.mark_stale();
+            EngineError::Internal(
+                "step recorded but not applied: the dataset will be reloaded from the log; retry"
+                    .to_string(),
+            )
+        })?;
+        if outcome.complete {
+            self.policy_release(&ds, &mut ledger).await;
+        }
+        metrics::counter!("dpledger_steps_total").increment(1);
+        metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);
+        metrics::histogram!("dpledger_step_seconds").record(started.elapsed().as_secs_f64());
+        Ok(outcome)
+    }
+
+    /// Apply a full-batch refresh: validate, persist, apply.
+    pub async fn refresh(
+        &self,
+        id: &str,
+        ids: Vec<u64>,
+        norms: Vec<f64>,
+    ) -> EngineResult<RefreshOutcome> {
+        let ds = self.writable(id)?;
+        let mut ledger = ds.ledger.write().await;
+        self.locked_checks(&ds, &mut ledger).await?;
+        ledger.check_refresh(&ids, &norms)?;
+        let payload = StepPayload {
+            step: ledger.next_step(),
+            part: None,
+            noise_multiplier: None,
+            sampling_rate: None,
+            ids,
+            norms,
+        };
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::Refresh,
+            step: None,
+            part: None,
+            payload: payload.encode(),
+        };
+        // The refresh may be in the log even on error: memory then catches up first.
+        self.persist_change(&ds, vec![record]).await?;
+        ledger.refresh(&payload.ids, &payload.norms).map_err(|e| {
+            tracing::error!(dataset = id, error = %e, "refresh persisted but not applied");
+            ds.mark_stale();
+            EngineError::Internal(
+                "refresh recorded but not applied: the dataset will be reloaded from the log"
+                    .to_string(),
+            )
+        })
+    }
+
+    /// Archive a dataset: read-only from then on, never deleted.
+    pub async fn archive(&self, id: &str) -> EngineResult<()> {
+        let ds = self.dataset(id)?;
+        let mut ledger = ds.ledger.write().await;
+        if ds.archived.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.locked_checks(&ds, &mut ledger).await?;
+        let record = Record {
+            dataset: id.to_string(),
+            kind: RecordKind::Archived,
+            step: None,
+            part: None,
+            payload: Vec::new(),
+        };
+        self.persist_change(&ds, vec![record]).await?;
+        ds.archived.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The durable encoding of a step report.
+pub fn payload_from_report(report: &StepReport) -> StepPayload {
+    StepPayload {
+        step: report.step,
+        part: report.part.map(|p| (p.index, p.count)),
+        noise_multiplier: report.noise_multiplier,
+        sampling_rate: report.sampling_rate,
+        ids: report.ids.clone(),
+        norms: report.norms.clone(),
+    }
+}
+
+/// The step report a durable (or binary HTTP) payload encodes.
+pub fn report_from_payload(payload: StepPayload) -> StepReport {
+    StepReport {
+        step: payload.step,
+        ids: payload.ids,
+        norms: payload.norms,
+        noise_multiplier: payload.noise_multiplier,
+        sampling_rate: payload.sampling_rate,
+        part: payload
+            .part
+            .map(|(index, count)| crate::ledger::Part { index, count }),
+    }
+}

@@ -1,0 +1,148 @@
+//! The engine's domain errors. Each says what was refused and why, in words a
+//! client can act on, and carries the facts a front end needs to classify it
+//! (malformed, not found, contradicts the state, over budget, unavailable) —
+//! but no HTTP: `api::errors` maps them to problem documents in one place.
+//!
+//! The `Display` text of every variant is the detail served to clients (and kept
+//! as a release policy's refusal), so it must never contain a secret or a
+//! per-example privacy value.
+
+use crate::accounting::InvalidArgument;
+use crate::ledger::LedgerError;
+use crate::store::StoreError;
+use serde::Serialize;
+
+/// A refused release: what was spent and what was asked (a problem extension).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct BudgetRefusal {
+    /// zCDP `rho` already spent.
+    pub rho_spent: f64,
+    /// zCDP `rho` this release would cost.
+    pub rho_requested: f64,
+    /// The budget (`null`: none set).
+    pub rho_budget: Option<f64>,
+}
+
+/// Everything the engine can refuse. An error means nothing was acknowledged; where
+/// a change may have reached the log anyway, the dataset is marked stale and
+/// reloaded before it is touched again.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The ledger refused (malformed input, or a contradiction of its state).
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A field is malformed or out of range; its name says which.
+    #[error(transparent)]
+    Invalid(#[from] InvalidArgument),
+    /// The request is malformed in a way only the engine can see.
+    #[error("{detail}")]
+    BadRequest {
+        /// What is wrong.
+        detail: String,
+        /// The field at fault.
+        field: Option<&'static str>,
+    },
+    /// No such dataset (or nothing of the kind asked for in it).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request contradicts the current state (archived, taken id, ...).
+    #[error("{detail}")]
+    Conflict {
+        /// What it contradicts.
+        detail: String,
+        /// The field at fault, when one is.
+        field: Option<&'static str>,
+    },
+    /// A release the release budget does not allow, with the numbers.
+    #[error("{detail}")]
+    OverBudget {
+        /// Why, in words.
+        detail: String,
+        /// What was spent and what was asked.
+        refusal: BudgetRefusal,
+    },
+    /// A release that would bring examples so close to their individual budget
+    /// that the filter would retire them (releases never retire examples). The
+    /// count depends on individual epsilons: only curators may read it.
+    #[error(
+        "this release would push {would_retire} examples so close to their individual \
+         budget that the filter would retire them; releases never retire examples \
+         (trainers learn of retirements only from step answers): spend less rho"
+    )]
+    WouldRetire {
+        /// How many examples the filter would retire.
+        would_retire: u64,
+    },
+    /// The store refused or failed an append; nothing was acknowledged.
+    #[error("{}", store_detail(.0))]
+    Store(StoreError),
+    /// The dataset is not servable right now (memory may be behind the log, or the
+    /// log could not be read back): retrying later helps.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The engine could not do its part (a task failed, a persisted change could
+    /// not be applied); nothing was acknowledged.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    /// A conflict without a field.
+    pub(crate) fn conflict(detail: impl Into<String>) -> Self {
+        EngineError::Conflict {
+            detail: detail.into(),
+            field: None,
+        }
+    }
+
+    /// Why a release was refused, in words that depend on no individual's data:
+    /// what viewers and owners read of a refused policy release. Budget
+    /// figures are public (they depend only on the requests); counts of examples
+    /// near their individual budget are not, so they are left out.
+    pub fn public_reason(&self) -> &'static str {
+        match self {
+            EngineError::OverBudget { .. } => {
+                "the release budget does not cover this release: a curator can raise the \
+                 budget or lower the policy's rho"
+            }
+            EngineError::WouldRetire { .. } => {
+                "this release would bring examples too close to their individual budget \
+                 (releases never retire examples): a curator can lower the policy's rho"
+            }
+            EngineError::Store(_) | EngineError::Unavailable(_) | EngineError::Internal(_) => {
+                "the server could not record this release; the policy tries again at its next step"
+            }
+            _ => "the policy's release was refused; a curator of the dataset can read why",
+        }
+    }
+
+    /// A store failure, logged where it happens (the client only hears "retry").
+    pub(crate) fn store(e: StoreError) -> Self {
+        if !matches!(e, StoreError::Duplicate { .. }) {
+            tracing::error!(error = %e, "store append failed; nothing was acknowledged");
+        }
+        EngineError::Store(e)
+    }
+}
+
+/// What a client is told of a store failure: a duplicate means another process
+/// wrote this step (this one's view is stale); anything else, that nothing was
+/// made durable. The store's own message (paths, URLs) is logged, never served.
+fn store_detail(e: &StoreError) -> String {
+    match e {
+        StoreError::Duplicate {
+            dataset,
+            step,
+            part,
+        } => format!(
+            "step {step} part {} of dataset {dataset} is already recorded in the store by another \
+             dpledger process; this process's view is stale (restart it to reload the log)",
+            part.unwrap_or(0)
+        ),
+        _ => "the store could not make this change durable; nothing was applied or acknowledged: retry"
+            .to_string(),
+    }
+}
+
+/// Result of engine calls.
+pub type EngineResult<T> = Result<T, EngineError>;

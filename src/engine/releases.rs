@@ -1,0 +1,271 @@
+//! Publishing DP releases (by a curator's request or the automatic policy) and
+//! changing what governs them (budget, labels, policy), each a durable record
+//! that follows the same validate → persist → apply order as steps. A release's
+//! values and its charge to every example's ledger are one record, so they are
+//! stored and applied together or not at all.
+
+use super::book::{
+    apply_release, apply_setting, export_gauges, json_record, BudgetPayload, PolicyPayload,
+    PolicyRefusal, ReleaseBook,
+};
+use super::bounds::blocking;
+use super::dataset::Dataset;
+use super::error::{BudgetRefusal, EngineError, EngineResult};
+use super::Engine;
+use crate::accounting::Conversion;
+use crate::ledger::Ledger;
+use crate::release::{
+    compute, rdp_of_rho, BudgetStatus, LabelAssignment, Release, ReleasePolicy, ReleaseRequest,
+    ReleaseTrigger,
+};
+use crate::store::RecordKind;
+use rand::SeedableRng;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The answer to an accepted release.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReleaseOutcome {
+    /// The release as stored and served to viewers.
+    pub release: Release,
+    /// The budget after it.
+    pub budget: BudgetStatus,
+}
+
+/// Check a release against the budget, the labels and the ledger, and compute
+/// its values: everything but persisting and charging. Synchronous, so the book's
+/// read guard is held throughout (the book only changes under the ledger's write
+/// lock, which the caller holds) and the labels are read in place, not copied.
+fn prepare_release(
+    ds: &Dataset,
+    ledger: &Ledger,
+    request: ReleaseRequest,
+    trigger: ReleaseTrigger,
+) -> EngineResult<Release> {
+    let rho = request.rho();
+    let book = ds.book_read();
+    let budget = book.budget;
+    if !budget.allows(rho) {
+        let detail = match budget.rho_budget {
+            None => format!(
+                "dataset {:?} has no release budget yet: a curator sets one with PUT \
+                 /v1/datasets/{}/release-budget (this release would cost rho = {rho})",
+                ds.id, ds.id
+            ),
+            Some(b) => format!(
+                "this release costs rho = {rho} but {} of the budget {b} is spent \
+                 ({} left)",
+                budget.rho_spent,
+                (b - budget.rho_spent).max(0.0)
+            ),
+        };
+        return Err(EngineError::OverBudget {
+            detail,
+            refusal: BudgetRefusal {
+                rho_spent: budget.rho_spent,
+                rho_requested: rho,
+                rho_budget: budget.rho_budget,
+            },
+        });
+    }
+    if request.by_group && book.labels.is_empty() {
+        return Err(EngineError::Conflict {
+            detail: format!(
+                "by_group needs labels, and dataset {:?} has none: assign them with PUT \
+                 /v1/datasets/{}/labels",
+                ds.id, ds.id
+            ),
+            field: Some("by_group"),
+        });
+    }
+    ledger.check_release()?;
+    // A trainer learns of retirements only from step answers (a retried step's
+    // answer included): one caused by a release would be clipped at its old
+    // threshold yet charged nothing. So a release never retires anyone.
+    let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho));
+    if would_retire > 0 {
+        return Err(EngineError::WouldRetire { would_retire });
+    }
+    let delta = request.delta.unwrap_or(ledger.config().delta);
+    let conversion = Conversion::default();
+    // B and the statistics use the guarantee min(RDP_i, PLD worst) (spec §8).
+    let worst = ds.worst_case_bounds(ledger, delta, conversion)?;
+    let bound = worst.epsilon;
+    if ledger.next_step() == 0 || !(bound.is_finite() && bound > 0.0) {
+        return Err(EngineError::conflict(format!(
+            "nothing to release: {} steps, worst-case epsilon {bound} at delta {delta} \
+             (releases need at least one step and a finite worst case)",
+            ledger.next_step()
+        )));
+    }
+    let epsilons = ds.bounded_epsilons(ledger, &worst, delta, conversion)?;
+    let values = blocking(|| {
+        let mut rng = rand::rngs::StdRng::from_os_rng();
+        compute(&mut rng, &request, &epsilons, bound, &book.labels)
+    });
+    Ok(Release {
+        id: budget.releases + 1,
+        step: ledger.next_step(),
+        released_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        trigger,
+        request,
+        delta,
+        bound,
+        rho,
+        values,
+    })
+}
+
+impl Engine {
+    /// Publish a release requested by a curator.
+    pub async fn release(&self, id: &str, request: ReleaseRequest) -> EngineResult<ReleaseOutcome> {
+        let ds = self.writable(id)?;
+        let mut ledger = ds.ledger.write().await;
+        self.locked_checks(&ds, &mut ledger).await?;
+        self.release_locked(&ds, &mut ledger, request, ReleaseTrigger::Request)
+            .await
+    }
+
+    /// Publish a release with the dataset's write lock held: check the budget and
+    /// the ledger, compute, persist, then charge. Nothing is charged or served
+    /// unless the record is durable.
+    async fn release_locked(
+        &self,
+        ds: &Dataset,
+        ledger: &mut Ledger,
+        mut request: ReleaseRequest,
+        trigger: ReleaseTrigger,
+    ) -> EngineResult<ReleaseOutcome> {
+        request.validate()?;
+        let release = prepare_release(ds, ledger, request, trigger)?;
+        let rec = json_record(&ds.id, RecordKind::Release, &release)?;
+        self.persist_change(ds, vec![rec]).await?;
+        let mut book = ds.book_write();
+        apply_release(ledger, &mut book, release.clone()).map_err(|e| {
+            tracing::error!(dataset = ds.id, error = %e, "release persisted but not applied");
+            ds.mark_stale();
+            EngineError::Internal(
+                "release recorded but not applied: the dataset will be reloaded from the log"
+                    .to_string(),
+            )
+        })?;
+        export_gauges(&ds.id, &book);
+        metrics::counter!("dpledger_releases_total").increment(1);
+        Ok(ReleaseOutcome {
+            release,
+            budget: book.budget,
+        })
+    }
+
+    /// After an applied step: the policy's release, if one is due. A refusal
+    /// (budget spent, say) never fails the step; it is kept for the status.
+    pub(super) async fn policy_release(&self, ds: &Dataset, ledger: &mut Ledger) {
+        let policy = ds.book_read().policy.clone();
+        let Some(policy) = policy else {
+            return;
+        };
+        if ledger.next_step() % policy.every_steps != 0 {
+            return;
+        }
+        let result = self
+            .release_locked(ds, ledger, policy.request, ReleaseTrigger::Policy)
+            .await;
+        let mut book = ds.book_write();
+        match result {
+            Ok(_) => book.policy_error = None,
+            Err(e) => {
+                let detail = e.to_string();
+                tracing::warn!(dataset = ds.id, detail = detail, "policy release refused");
+                metrics::counter!("dpledger_policy_releases_refused_total").increment(1);
+                book.policy_error = Some(PolicyRefusal {
+                    reason: e.public_reason(),
+                    detail,
+                });
+            }
+        }
+    }
+
+    /// Persist and apply one release setting (budget, labels, policy) after `check`
+    /// accepted it against the current book.
+    async fn change_setting(
+        &self,
+        id: &str,
+        kind: RecordKind,
+        payload: &impl Serialize,
+        check: impl FnOnce(&Ledger, &ReleaseBook) -> EngineResult<()>,
+    ) -> EngineResult<Arc<Dataset>> {
+        let ds = self.writable(id)?;
+        let mut ledger = ds.ledger.write().await;
+        self.locked_checks(&ds, &mut ledger).await?;
+        check(&ledger, &ds.book_read())?;
+        let rec = json_record(id, kind, payload)?;
+        let bytes = rec.payload.clone();
+        self.persist_change(&ds, vec![rec]).await?;
+        let mut book = ds.book_write();
+        if let Err(e) = apply_setting(&ledger, &mut book, kind, &bytes) {
+            tracing::error!(dataset = id, error = %e, "setting persisted but not applied");
+            ds.mark_stale();
+            return Err(EngineError::Internal(e));
+        }
+        export_gauges(id, &book);
+        drop(book);
+        drop(ledger);
+        Ok(ds)
+    }
+
+    /// Set the release budget; it can never drop below what is spent.
+    pub async fn set_release_budget(&self, id: &str, rho: f64) -> EngineResult<BudgetStatus> {
+        let ds = self
+            .change_setting(
+                id,
+                RecordKind::BudgetChange,
+                &BudgetPayload { rho_budget: rho },
+                |_, book| {
+                    if rho < book.budget.rho_spent {
+                        return Err(EngineError::Conflict {
+                            detail: format!(
+                                "the budget cannot drop below what releases already spent \
+                                 (rho = {})",
+                                book.budget.rho_spent
+                            ),
+                            field: Some("rho"),
+                        });
+                    }
+                    Ok(())
+                },
+            )
+            .await?;
+        let budget = ds.book_read().budget;
+        Ok(budget)
+    }
+
+    /// Assign group labels.
+    pub async fn set_labels(&self, id: &str, a: LabelAssignment) -> EngineResult<Vec<String>> {
+        let ds = self
+            .change_setting(id, RecordKind::Labels, &a, |ledger, book| {
+                book.labels
+                    .check(ledger.examples(), &a)
+                    .map_err(EngineError::from)
+            })
+            .await?;
+        let names = ds.book_read().labels.names().to_vec();
+        Ok(names)
+    }
+
+    /// Set (or, with `None`, remove) the automatic release policy.
+    pub async fn set_release_policy(
+        &self,
+        id: &str,
+        mut policy: Option<ReleasePolicy>,
+    ) -> EngineResult<Option<ReleasePolicy>> {
+        if let Some(p) = &mut policy {
+            p.validate()?;
+        }
+        let payload = PolicyPayload { policy };
+        self.change_setting(id, RecordKind::ReleasePolicy, &payload, |_, _| Ok(()))
+            .await?;
+        Ok(payload.policy)
+    }
+}

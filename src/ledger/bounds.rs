@@ -1,0 +1,157 @@
+//! Which proven bound a reported epsilon comes from (spec §8).
+//!
+//! Two accountants bound the same dataset: RDP (per example and worst case,
+//! spec §3–§5) and the PLD worst case (spec §8), which is tighter but
+//! data-independent. Both are guarantees, so their minimum is one too:
+//! - the worst case reported is `min(eps_PLD, eps_RDP)`, naming the method;
+//! - an example's epsilon is `min(eps_RDP_i, eps_PLD_worst)`, naming the bound.
+//!
+//! These pure functions are shared by the server and `dpledger replay`, so an
+//! offline replay reproduces exactly what is served.
+
+use super::protocol::{Bound, ExamplePrivacy, WorstCase};
+use crate::accounting::pld::{self, PldEvent, PldOptions};
+use serde::{Deserialize, Serialize};
+
+/// Which accountant gave a worst-case epsilon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorstCaseMethod {
+    /// The privacy loss distribution accountant (spec §8).
+    Pld,
+    /// The RDP accountant (spec §4).
+    Rdp,
+}
+
+/// The PLD worst case (spec §8): a proven upper bound for every example.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PldWorstCase {
+    /// Its epsilon at the requested delta.
+    pub epsilon: f64,
+    /// Grid spacing of the privacy loss used (losses rounded up on it).
+    pub value_discretization: f64,
+    /// Always true: a pessimistic discretisation, a valid upper bound.
+    pub guarantee: bool,
+}
+
+/// The worst case by both accountants, the tighter first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WorstCaseBounds {
+    /// The tightest proven worst-case epsilon: `min(pld.epsilon, rdp.epsilon)`.
+    pub epsilon: f64,
+    /// The accountant that gave `epsilon`.
+    pub method: WorstCaseMethod,
+    /// Number of steps applied so far.
+    pub steps: u64,
+    /// The PLD worst case (`null` when it could not be computed, see `pld_error`).
+    pub pld: Option<PldWorstCase>,
+    /// Why there is no PLD worst case, if there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pld_error: Option<String>,
+    /// The RDP worst case (spec §4), as before: epsilon, order, RDP vector.
+    pub rdp: WorstCase,
+}
+
+/// The discretisation every served PLD worst case uses.
+pub fn pld_options() -> PldOptions {
+    PldOptions::default()
+}
+
+/// The PLD worst case of `events` at `delta`.
+pub fn pld_worst_case(events: &[PldEvent], delta: f64) -> Result<PldWorstCase, String> {
+    let opts = pld_options();
+    let epsilon = pld::worst_case_epsilon(events, delta, &opts).map_err(|e| e.to_string())?;
+    Ok(PldWorstCase {
+        epsilon,
+        value_discretization: opts.value_discretization,
+        guarantee: true,
+    })
+}
+
+/// Both worst cases, the tighter as `epsilon` (RDP when the PLD is missing).
+pub fn combine_worst_case(rdp: WorstCase, pld: Result<PldWorstCase, String>) -> WorstCaseBounds {
+    let (pld, pld_error) = match pld {
+        Ok(p) => (Some(p), None),
+        Err(e) => (None, Some(e)),
+    };
+    let (epsilon, method) = match pld {
+        Some(p) if p.epsilon <= rdp.epsilon => (p.epsilon, WorstCaseMethod::Pld),
+        _ => (rdp.epsilon, WorstCaseMethod::Rdp),
+    };
+    WorstCaseBounds {
+        epsilon,
+        method,
+        steps: rdp.steps,
+        pld,
+        pld_error,
+        rdp,
+    }
+}
+
+/// An example's epsilon: `min(per-instance RDP, PLD worst case)` and its source.
+pub fn bounded_epsilon(per_instance_rdp: f64, worst_case_pld: Option<f64>) -> (f64, Bound) {
+    match worst_case_pld {
+        Some(w) if w < per_instance_rdp => (w, Bound::WorstCasePld),
+        _ => (per_instance_rdp, Bound::PerInstanceRdp),
+    }
+}
+
+impl ExamplePrivacy {
+    /// Bound the example's epsilon by the PLD worst case too (spec §8).
+    pub fn bounded_by(mut self, worst_case_pld: Option<f64>) -> Self {
+        let (epsilon, bound) = bounded_epsilon(self.rdp_epsilon, worst_case_pld);
+        self.epsilon = epsilon;
+        self.bound = bound;
+        self.worst_case_pld_epsilon = worst_case_pld;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rdp(epsilon: f64) -> WorstCase {
+        WorstCase {
+            epsilon,
+            order: 8.0,
+            rdp: vec![],
+            steps: 3,
+        }
+    }
+
+    fn pld(epsilon: f64) -> PldWorstCase {
+        PldWorstCase {
+            epsilon,
+            value_discretization: 1e-3,
+            guarantee: true,
+        }
+    }
+
+    #[test]
+    fn the_tighter_worst_case_is_reported_and_named() {
+        let w = combine_worst_case(rdp(2.0), Ok(pld(1.5)));
+        assert_eq!((w.epsilon, w.method), (1.5, WorstCaseMethod::Pld));
+        let w = combine_worst_case(rdp(1.0), Ok(pld(1.5)));
+        assert_eq!((w.epsilon, w.method), (1.0, WorstCaseMethod::Rdp));
+        let w = combine_worst_case(rdp(2.0), Err("too large".into()));
+        assert_eq!((w.epsilon, w.method), (2.0, WorstCaseMethod::Rdp));
+        assert_eq!(w.pld_error.as_deref(), Some("too large"));
+    }
+
+    #[test]
+    fn an_example_gets_the_smaller_bound() {
+        assert_eq!(
+            bounded_epsilon(0.3, Some(1.5)),
+            (0.3, Bound::PerInstanceRdp)
+        );
+        assert_eq!(bounded_epsilon(1.7, Some(1.5)), (1.5, Bound::WorstCasePld));
+        assert_eq!(bounded_epsilon(1.7, None), (1.7, Bound::PerInstanceRdp));
+    }
+
+    #[test]
+    fn nothing_applied_costs_nothing() {
+        assert_eq!(pld_worst_case(&[], 1e-5).unwrap().epsilon, 0.0);
+        assert!(pld_worst_case(&[], 1.5).is_err());
+    }
+}

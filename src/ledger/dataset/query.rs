@@ -1,0 +1,210 @@
+//! Queries (spec §3, §4, §5): one example's privacy, the worst case, thresholds,
+//! retirements, every example's epsilon (for releases) and the ledger's status.
+//! All read-only: `O(#orders)` per example, `O(n × #orders)` for all of them.
+
+use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
+use super::{Accrual, Ledger};
+use crate::accounting::conversion::{Conversion, EpsilonAtOrder};
+use crate::accounting::pld::PldEvent;
+use crate::accounting::validate;
+use crate::ledger::config::Clipping;
+use crate::ledger::convert::Converter;
+use crate::ledger::error::LedgerError;
+use crate::ledger::protocol::{
+    Bound, ExamplePrivacy, FilterStatus, LedgerStatus, PendingStatus, WorstCase,
+};
+use std::ops::Range;
+
+impl Ledger {
+    /// Write example `i`'s RDP vector (releases included) at the current step.
+    pub(super) fn rdp_into(&self, i: usize, out: &mut [f64]) {
+        let now = self.next_step;
+        let m = self.m;
+        let f = self.flags[i];
+        match &self.accrual {
+            Accrual::Poisson(prefix) => {
+                if f & ALL_TOP != 0 && f & RETIRED == 0 {
+                    prefix.prefix_into(now, self.top, out);
+                } else {
+                    out.copy_from_slice(&self.acc[i * m..(i + 1) * m]);
+                    if f & RETIRED == 0 {
+                        prefix.add_difference(self.since[i], now, self.bucket[i], out);
+                    }
+                }
+            }
+            Accrual::Shuffle(_) => out.copy_from_slice(&self.acc[i * m..(i + 1) * m]),
+        }
+        for (o, &r) in out.iter_mut().zip(&self.release) {
+            *o += r;
+        }
+    }
+
+    pub(super) fn check_delta(delta: f64) -> Result<(), LedgerError> {
+        validate::delta("delta", delta)?;
+        Ok(())
+    }
+
+    pub(super) fn check_id(&self, id: u64) -> Result<usize, LedgerError> {
+        if id >= self.n as u64 {
+            return Err(LedgerError::invalid(
+                "id",
+                format!("{id} is out of range: the dataset has {} examples", self.n),
+            ));
+        }
+        Ok(id as usize)
+    }
+
+    /// The privacy of one example at the current step.
+    pub fn privacy(
+        &self,
+        id: u64,
+        delta: f64,
+        conversion: Conversion,
+    ) -> Result<ExamplePrivacy, LedgerError> {
+        Self::check_delta(delta)?;
+        let i = self.check_id(id)?;
+        let mut rdp = vec![0.0; self.m];
+        self.rdp_into(i, &mut rdp);
+        let eps = Converter::new(&self.orders, delta, conversion).epsilon(&rdp);
+        let f = self.flags[i];
+        Ok(ExamplePrivacy {
+            id,
+            epsilon: eps.epsilon,
+            bound: Bound::PerInstanceRdp,
+            rdp_epsilon: eps.epsilon,
+            worst_case_pld_epsilon: None,
+            order: eps.order,
+            rdp,
+            steps: self.next_step,
+            retired: f & RETIRED != 0,
+            over_budget: f & OVER_BUDGET != 0,
+            threshold: self.grid.value(self.bucket[i]),
+            guarantee: self.config.clipping == Clipping::PerExample,
+        })
+    }
+
+    /// Steps and releases as PLD events for the PLD worst case (spec §8), or
+    /// `None` when a release was charged without a PLD description.
+    pub fn pld_events(&self) -> Option<Vec<PldEvent>> {
+        self.pld.events()
+    }
+
+    /// Releases charged so far.
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
+    /// The worst case's RDP (spec §4) at the current step, releases included.
+    pub fn worst_case_rdp(&self) -> Vec<f64> {
+        let mut rdp = vec![0.0; self.m];
+        match &self.accrual {
+            Accrual::Poisson(prefix) => prefix.prefix_into(self.next_step, self.top, &mut rdp),
+            Accrual::Shuffle(s) => s.worst_rdp_into(&mut rdp),
+        }
+        for (o, &r) in rdp.iter_mut().zip(&self.release) {
+            *o += r;
+        }
+        rdp
+    }
+
+    /// The data-independent accountant at the current step: every threshold at `C`
+    /// (Poisson: `sum_t SGM_RDP(q_t, sigma_t)`; shuffle: one Gaussian charge at `C`
+    /// per epoch begun, at that epoch's smallest noise multiplier).
+    pub fn worst_case(&self, delta: f64, conversion: Conversion) -> Result<WorstCase, LedgerError> {
+        Self::check_delta(delta)?;
+        let rdp = self.worst_case_rdp();
+        let eps = Converter::new(&self.orders, delta, conversion).epsilon(&rdp);
+        Ok(WorstCase {
+            epsilon: eps.epsilon,
+            order: eps.order,
+            rdp,
+            steps: self.next_step,
+        })
+    }
+
+    /// Current thresholds `v_{b_i}` of the ids in `range` (0 for retired examples).
+    pub fn thresholds(&self, range: Range<u64>) -> Result<Vec<f64>, LedgerError> {
+        if range.start > range.end || range.end > self.n as u64 {
+            return Err(LedgerError::invalid(
+                "range",
+                format!(
+                    "{}..{} is not within the dataset's ids 0..{}",
+                    range.start, range.end, self.n
+                ),
+            ));
+        }
+        Ok(self.bucket[range.start as usize..range.end as usize]
+            .iter()
+            .map(|&k| self.grid.value(k))
+            .collect())
+    }
+
+    /// The ids in `range` that the individual filter retired (threshold 0 for good,
+    /// unlike an example whose last norm was 0): `O(range)`.
+    pub fn retired_in(&self, range: Range<u64>) -> Vec<u64> {
+        let end = range.end.min(self.n as u64);
+        (range.start.min(end)..end)
+            .filter(|&id| self.flags[id as usize] & RETIRED != 0)
+            .collect()
+    }
+
+    /// Epsilon and optimal order of every example, by id: `O(n × #orders)`.
+    pub fn epsilons(
+        &self,
+        delta: f64,
+        conversion: Conversion,
+    ) -> Result<Vec<EpsilonAtOrder>, LedgerError> {
+        Self::check_delta(delta)?;
+        let conv = Converter::new(&self.orders, delta, conversion);
+        let mut rdp = vec![0.0; self.m];
+        let mut out = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            self.rdp_into(i, &mut rdp);
+            out.push(conv.epsilon(&rdp));
+        }
+        Ok(out)
+    }
+
+    /// Epsilon of every example, by id: `O(n × #orders)` (for DP releases of
+    /// aggregates, spec §6).
+    pub fn all_epsilons(
+        &self,
+        delta: f64,
+        conversion: Conversion,
+    ) -> Result<Vec<f64>, LedgerError> {
+        Ok(self
+            .epsilons(delta, conversion)?
+            .into_iter()
+            .map(|e| e.epsilon)
+            .collect())
+    }
+
+    /// A summary of the ledger's state.
+    pub fn status(&self) -> LedgerStatus {
+        LedgerStatus {
+            examples: self.n as u64,
+            orders: self.m,
+            steps: self.next_step,
+            pending: self.pending.as_ref().map(|p| PendingStatus {
+                step: p.step,
+                received: p.received,
+                count: p.count,
+            }),
+            guarantee: self.config.clipping == Clipping::PerExample,
+            retired: self.retired,
+            over_budget: self.over_budget,
+            filter: self.filter.as_ref().map(|f| FilterStatus {
+                epsilon: f.epsilon,
+                delta: f.delta,
+                order: f.order,
+                rdp_budget: f.budget,
+            }),
+            releases: self.releases,
+            segments: match &self.accrual {
+                Accrual::Poisson(p) => p.len(),
+                Accrual::Shuffle(_) => 1,
+            },
+            memory_bytes: self.memory_bytes(),
+        }
+    }
+}

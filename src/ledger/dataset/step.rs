@@ -1,0 +1,386 @@
+//! One step's validation and accrual (spec §3.2–§3.4): resolving its
+//! hyperparameters, checking its batch, charging every example (sampled ones at
+//! `v_min(b_i, bucket(g_i))`, the others through the prefix sums), moving the
+//! thresholds; refreshes (§3.5); and compaction of the prefix-sum segments.
+
+use super::columns::{prefetch, prefetch_example, ALL_TOP, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
+use super::{table_cache, Accrual, Ledger, StepParams};
+use crate::accounting::table::StepMechanism;
+use crate::accounting::validate;
+use crate::ledger::error::LedgerError;
+use crate::ledger::filter::next_check;
+use crate::ledger::protocol::{RefreshOutcome, StepReport};
+
+/// Segments are compacted once their bases take more than this many bytes (or a
+/// quarter of the RDP vectors, whichever is larger): a compaction costs one pass
+/// over all examples, which this amortises over many changes of hyperparameters.
+const MIN_SEGMENT_BUDGET: usize = 32 << 20;
+
+impl Ledger {
+    /// Validate a step's hyperparameter overrides and fetch its table.
+    pub(super) fn resolve_params(&self, report: &StepReport) -> Result<StepParams, LedgerError> {
+        let sigma = match report.noise_multiplier {
+            Some(s) => validate::positive_noise_multiplier("noise_multiplier", s)?,
+            None => self.default_sigma,
+        };
+        let mechanism = match self.accrual {
+            Accrual::Poisson(_) => {
+                let q = match report.sampling_rate {
+                    Some(q) => validate::sampling_rate("sampling_rate", q)?,
+                    None => self.default_rate,
+                };
+                StepMechanism::Poisson { q, sigma }
+            }
+            Accrual::Shuffle(_) => {
+                if let Some(q) = report.sampling_rate {
+                    return Err(LedgerError::invalid(
+                        "sampling_rate",
+                        format!("a shuffled dataset has no sampling rate (got {q}); only noise_multiplier may change per step"),
+                    ));
+                }
+                StepMechanism::Gaussian { sigma }
+            }
+        };
+        let current = self.next_params();
+        if current.mechanism == mechanism {
+            return Ok(current.clone());
+        }
+        let table = table_cache().get(&self.grid, mechanism, &self.orders);
+        Ok(StepParams { mechanism, table })
+    }
+
+    /// Check a batch (ids in range, distinct, not in another part of the step in
+    /// progress; norms finite and `>= 0`; lengths equal; in shuffle mode, not yet
+    /// processed in this epoch). `step` is `None` for refreshes. Leaves the ledger
+    /// exactly as it found it. Returns the thresholds the report gives its ids (0
+    /// for retired examples), computed in the same pass.
+    pub(super) fn check_batch(
+        &mut self,
+        ids: &[u64],
+        norms: &[f64],
+        step: Option<u64>,
+    ) -> Result<Vec<f64>, LedgerError> {
+        if ids.len() != norms.len() {
+            return Err(LedgerError::invalid(
+                "norms",
+                format!("has {} entries but ids has {}", norms.len(), ids.len()),
+            ));
+        }
+        if let Some((j, g)) = norms
+            .iter()
+            .enumerate()
+            .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
+        {
+            return Err(LedgerError::invalid(
+                "norms",
+                format!("norms[{j}] = {g}: every norm must be a finite number >= 0"),
+            ));
+        }
+        let n = self.n as u64;
+        let epoch = match (&self.accrual, step) {
+            (Accrual::Shuffle(s), Some(t)) => Some((t / s.steps_per_epoch, s.steps_per_epoch)),
+            _ => None,
+        };
+        let mut error = None;
+        let mut marked = 0;
+        for (j, &id) in ids.iter().enumerate() {
+            if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
+                prefetch(&self.flags, ahead as usize);
+            }
+            if id >= n {
+                error = Some(LedgerError::invalid(
+                    "ids",
+                    format!("ids[{j}] = {id} is out of range: the dataset has {n} examples (ids 0..{n})"),
+                ));
+                break;
+            }
+            let i = id as usize;
+            let f = self.flags[i];
+            if f & SEEN != 0 {
+                let first = ids[..j].iter().position(|&x| x == id).unwrap_or(0);
+                error = Some(LedgerError::invalid(
+                    "ids",
+                    format!("id {id} appears twice in one report (ids[{first}] and ids[{j}])"),
+                ));
+                break;
+            }
+            if f & PENDING != 0 {
+                let t = step.unwrap_or(self.next_step);
+                let part = self
+                    .pending
+                    .as_ref()
+                    .and_then(|p| {
+                        p.parts
+                            .iter()
+                            .position(|s| s.as_ref().is_some_and(|s| s.ids.contains(&id)))
+                    })
+                    .unwrap_or(0);
+                error = Some(LedgerError::Conflict {
+                    step: t,
+                    reason: format!(
+                        "id {id} is already in part {part} of this step; parts must be disjoint"
+                    ),
+                });
+                break;
+            }
+            if let (Some((e, spe)), Some(t)) = (epoch, step) {
+                if f & RETIRED == 0 && self.since[i] > e {
+                    let done = self.since[i] - 1;
+                    error = Some(LedgerError::EpochViolation {
+                        step: t,
+                        id,
+                        epoch: done,
+                        first_step: done.saturating_mul(spe),
+                        last_step: done.saturating_mul(spe).saturating_add(spe - 1),
+                    });
+                    break;
+                }
+            }
+            self.flags[i] |= SEEN;
+            marked = j + 1;
+        }
+        if let Some(error) = error {
+            for &id in &ids[..marked] {
+                self.flags[id as usize] &= !SEEN;
+            }
+            return Err(error);
+        }
+        let mut thresholds = Vec::with_capacity(ids.len());
+        for (&id, &g) in ids.iter().zip(norms) {
+            let f = &mut self.flags[id as usize];
+            *f &= !SEEN;
+            thresholds.push(if *f & RETIRED != 0 {
+                0.0
+            } else {
+                self.grid.value(self.grid.bucket_of(g))
+            });
+        }
+        Ok(thresholds)
+    }
+
+    /// Apply validated step `t`: accrue, move thresholds, run the filter. Returns the
+    /// ids retired from step `t + 1` on. Infallible by construction.
+    ///
+    /// The loop touches each reported example once: its columns and RDP row are
+    /// prefetched a few reports ahead, and the filter's check of the example is done
+    /// while its row is still in cache.
+    pub(super) fn apply_step(
+        &mut self,
+        t: u64,
+        params: &StepParams,
+        batches: &[(&[u64], &[f64])],
+    ) -> Vec<u64> {
+        let m = self.m;
+        let top = self.top;
+        let now = t + 1;
+        self.current = params.clone();
+        let recompute = self.filter_update_bound();
+        let poisson = matches!(self.accrual, Accrual::Poisson(_));
+        // Per-report filter checks, unless the bound grew and all are redone below.
+        let mut checks = if recompute {
+            None
+        } else {
+            self.filter.as_mut()
+        };
+        let table = &*params.table;
+        let (prefix, shuffle_epoch) = match &mut self.accrual {
+            Accrual::Poisson(prefix) => {
+                prefix.begin_step(t, params.mechanism, params.table.clone());
+                (Some(&*prefix), 0)
+            }
+            Accrual::Shuffle(state) => (None, state.begin_step(t, table.row(top))),
+        };
+        self.pld
+            .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
+        let seg_start = prefix.map_or(0, |p| p.current().start);
+        // The filter's value of an example still charged only at the top bucket.
+        let top_value = match (&checks, prefix) {
+            (Some(f), Some(p)) => p.prefix_at(now, top, f.index) + self.release[f.index],
+            _ => 0.0,
+        };
+        for (ids, norms) in batches {
+            for (j, (&id, &g)) in ids.iter().zip(norms.iter()).enumerate() {
+                if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
+                    let ahead = ahead as usize;
+                    prefetch_example(&self.flags, &self.bucket, &self.since, &self.acc, m, ahead);
+                    if let Some(f) = checks.as_deref() {
+                        prefetch(&f.predicted, ahead);
+                    }
+                }
+                let i = id as usize;
+                let f = self.flags[i];
+                if f & RETIRED != 0 {
+                    continue; // charged nothing: its clipped norm is 0
+                }
+                let b = self.bucket[i];
+                let kg = self.grid.bucket_of(g);
+                let kmin = b.min(kg);
+                let acc = &mut self.acc[i * m..(i + 1) * m];
+                let charge = table.row(kmin);
+                let mut still_top = false;
+                match prefix {
+                    Some(prefix) if f & ALL_TOP != 0 => {
+                        if kmin == top {
+                            still_top = true;
+                        } else {
+                            // First charge below the top: materialise P(t)[K].
+                            prefix.prefix_into(t, top, acc);
+                            for (a, &c) in acc.iter_mut().zip(charge) {
+                                *a += c;
+                            }
+                            self.flags[i] = f & !ALL_TOP;
+                        }
+                        self.since[i] = now;
+                    }
+                    Some(prefix) => {
+                        let s = self.since[i];
+                        if s >= seg_start {
+                            let d = (t - s) as f64;
+                            let row = table.row(b);
+                            for ((a, &r), &c) in acc.iter_mut().zip(row).zip(charge) {
+                                *a += d * r + c;
+                            }
+                        } else {
+                            prefix.add_difference(s, t, b, acc);
+                            for (a, &c) in acc.iter_mut().zip(charge) {
+                                *a += c;
+                            }
+                        }
+                        self.since[i] = now;
+                    }
+                    None => {
+                        if kmin > 0 {
+                            for (a, &c) in acc.iter_mut().zip(charge) {
+                                *a += c;
+                            }
+                        }
+                        self.since[i] = shuffle_epoch + 1;
+                    }
+                }
+                self.bucket[i] = kg;
+                if let Some(filter) = checks.as_deref_mut() {
+                    let k = filter.index;
+                    let value = if still_top {
+                        top_value
+                    } else {
+                        acc[k] + self.release[k]
+                    };
+                    let c = filter.bound[kg as usize];
+                    let rate = if poisson { c } else { 0.0 };
+                    let at = next_check(now, value, c, rate, filter.limit);
+                    filter.schedule_by(id as u32, at);
+                }
+            }
+        }
+        self.next_step = now;
+        let retired = if recompute {
+            self.filter_recompute_all()
+        } else {
+            self.filter_pop_due()
+        };
+        self.maybe_compact();
+        retired
+    }
+
+    // ------------------------------------------------------------------ refresh
+
+    /// Full-batch refresh (spec §3.5): set each reported example's threshold to the
+    /// bucket of its observed norm, effective from the next step. Accrues nothing
+    /// itself: the example's accrual so far (at its old threshold) is settled first.
+    /// Retired examples stay retired. Refused while a multi-part step is incomplete.
+    pub fn refresh(&mut self, ids: &[u64], norms: &[f64]) -> Result<RefreshOutcome, LedgerError> {
+        let thresholds = self.validate_refresh(ids, norms)?;
+        let now = self.next_step;
+        let m = self.m;
+        let top = self.top;
+        for (&id, &g) in ids.iter().zip(norms) {
+            let i = id as usize;
+            let f = self.flags[i];
+            if f & RETIRED != 0 {
+                continue;
+            }
+            let kg = self.grid.bucket_of(g);
+            let b = self.bucket[i];
+            if kg == b {
+                continue;
+            }
+            if let Accrual::Poisson(prefix) = &self.accrual {
+                let acc = &mut self.acc[i * m..(i + 1) * m];
+                if f & ALL_TOP != 0 {
+                    prefix.prefix_into(now, top, acc);
+                    self.flags[i] = f & !ALL_TOP;
+                } else {
+                    prefix.add_difference(self.since[i], now, b, acc);
+                }
+                self.since[i] = now;
+            }
+            self.bucket[i] = kg;
+        }
+        let retired = self.filter_after_refresh(ids);
+        let mut thresholds = thresholds;
+        if !retired.is_empty() {
+            // Like a step's answer: an id this refresh retired has threshold 0.
+            for (t, &id) in thresholds.iter_mut().zip(ids) {
+                if self.flags[id as usize] & RETIRED != 0 {
+                    *t = 0.0;
+                }
+            }
+        }
+        Ok(RefreshOutcome {
+            effective_step: now,
+            thresholds,
+            retired,
+        })
+    }
+
+    /// Validate a refresh without changing anything; when this succeeds,
+    /// [`Ledger::refresh`] with the same arguments and no call in between succeeds.
+    pub fn check_refresh(&mut self, ids: &[u64], norms: &[f64]) -> Result<(), LedgerError> {
+        self.validate_refresh(ids, norms).map(|_| ())
+    }
+
+    pub(super) fn validate_refresh(
+        &mut self,
+        ids: &[u64],
+        norms: &[f64],
+    ) -> Result<Vec<f64>, LedgerError> {
+        self.refuse_if_pending("a refresh")?;
+        self.check_batch(ids, norms, None)
+    }
+
+    // ------------------------------------------------------------------ compaction
+
+    pub(super) fn maybe_compact(&mut self) {
+        if let Accrual::Poisson(prefix) = &self.accrual {
+            let budget = MIN_SEGMENT_BUDGET.max(self.acc.len() * 2);
+            if prefix.len() > 1 && prefix.bytes() > budget {
+                self.compact();
+            }
+        }
+    }
+
+    /// Settle every example up to the current step and drop all prefix-sum segments
+    /// but the current one: `O(n × #orders)`. Runs automatically when segments (one
+    /// per change of hyperparameters) exceed their memory budget; results are
+    /// unchanged up to floating-point rounding (examples charged only at the top
+    /// bucket stay bit-identical to the worst case).
+    pub fn compact(&mut self) {
+        let now = self.next_step;
+        let m = self.m;
+        if let Accrual::Poisson(prefix) = &mut self.accrual {
+            for i in 0..self.n {
+                let f = self.flags[i];
+                if f & (ALL_TOP | RETIRED) == 0 {
+                    prefix.add_difference(
+                        self.since[i],
+                        now,
+                        self.bucket[i],
+                        &mut self.acc[i * m..(i + 1) * m],
+                    );
+                }
+                self.since[i] = now;
+            }
+            prefix.drop_old_segments();
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The module structure stays a layering (issue 13): no import cycle between
+//! sibling modules anywhere in `src/` (top-level modules included), and the lower
+//! layers never reach up: `engine` knows nothing of `api` or HTTP, and `ledger`,
+//! `release`, `store` and `accounting` know nothing of `engine` or `api`.
+//!
+//! Method: every file under `src/` is a module (`a/b.rs` and `a/b/mod.rs` are
+//! `a::b`). Each path it names outside comments (`crate::x::y`, `super::x`,
+//! `self::x`, with `{..}` groups expanded) is resolved to a module; a reference
+//! from `p` to `r` is an edge between the two children of their deepest common
+//! ancestor (`api::routes` -> `api::dataset_routes`, `api` -> `engine`). The
+//! edges of each family of siblings must form no cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+type Module = Vec<String>;
+
+fn modules(dir: &Path, prefix: &Module, out: &mut BTreeMap<Module, String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if path.is_dir() {
+            let mut p = prefix.clone();
+            p.push(name);
+            modules(&path, &p, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let mut p = prefix.clone();
+            if !matches!(name.as_str(), "mod" | "lib" | "main") {
+                p.push(name);
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            out.entry(p).or_default().push_str(&code);
+        }
+    }
+}
+
+/// The paths named at `s` (just after `crate::`, `super::` or `self::`), as lists
+/// of segments relative to `base`.
+fn expand(s: &str, base: Module, out: &mut Vec<Module>) {
+    let mut path = base;
+    let mut rest = s;
+    loop {
+        let rest_trim = rest.trim_start();
+        if let Some(inner) = rest_trim.strip_prefix('{') {
+            let mut depth = 1;
+            let mut start = 0;
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' | ',' if depth == 1 => {
+                        expand(&inner[start..i], path.clone(), out);
+                        start = i + 1;
+                        if c == '}' {
+                            return;
+                        }
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let ident: String = rest_trim
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if ident.is_empty() {
+            break;
+        }
+        if ident == "super" {
+            path.pop();
+        } else if ident != "self" {
+            path.push(ident.clone());
+        }
+        rest = &rest_trim[ident.len()..];
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    out.push(path);
+}
+
+fn references(module: &Module, code: &str) -> Vec<Module> {
+    let mut out = Vec::new();
+    // `expand` pops one segment per `super` (from `a::b`, `super` is `a`).
+    for (kw, base) in [
+        ("crate::", Vec::new()),
+        ("super::", module.clone()),
+        ("self::", module.clone()),
+    ] {
+        for (i, _) in code.match_indices(kw) {
+            let before = code[..i].chars().last().unwrap_or(' ');
+            if before.is_alphanumeric() || before == '_' || before == ':' {
+                continue;
+            }
+            let start = if kw == "super::" { i } else { i + kw.len() };
+            expand(&code[start..], base.clone(), &mut out);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_import_cycles_and_layers_point_down() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    modules(&src, &Vec::new(), &mut files);
+    // Edges between siblings, keyed by their parent.
+    let mut edges: BTreeMap<Module, BTreeSet<(String, String)>> = BTreeMap::new();
+    for (module, code) in &files {
+        for r in references(module, code) {
+            let common = module.iter().zip(&r).take_while(|(a, b)| a == b).count();
+            if common >= module.len() || common >= r.len() {
+                continue; // a module and its own ancestor or descendant
+            }
+            let target: Module = r[..=common].to_vec();
+            if !files.contains_key(&target) {
+                continue; // an item of the common ancestor, not a sibling module
+            }
+            edges
+                .entry(module[..common].to_vec())
+                .or_default()
+                .insert((module[common].clone(), r[common].clone()));
+        }
+    }
+    assert!(
+        edges.get(&Vec::new()).is_some_and(|e| !e.is_empty()),
+        "the scan found no edges between top-level modules: {edges:?}"
+    );
+    for (parent, family) in &edges {
+        let mut graph: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (a, b) in family {
+            graph.entry(a).or_default().push(b);
+        }
+        // Depth-first search for a back edge.
+        fn visit<'a>(
+            n: &'a str,
+            g: &BTreeMap<&'a str, Vec<&'a str>>,
+            state: &mut BTreeMap<&'a str, u8>,
+            stack: &mut Vec<&'a str>,
+        ) -> Option<Vec<String>> {
+            state.insert(n, 1);
+            stack.push(n);
+            for &m in g.get(n).into_iter().flatten() {
+                match state.get(m) {
+                    Some(1) => {
+                        let at = stack.iter().position(|&x| x == m).unwrap();
+                        let mut cycle: Vec<String> =
+                            stack[at..].iter().map(|s| s.to_string()).collect();
+                        cycle.push(m.to_string());
+                        return Some(cycle);
+                    }
+                    Some(_) => {}
+                    None => {
+                        if let Some(c) = visit(m, g, state, stack) {
+                            return Some(c);
+                        }
+                    }
+                }
+            }
+            stack.pop();
+            state.insert(n, 2);
+            None
+        }
+        let mut state = BTreeMap::new();
+        for &n in graph.keys() {
+            if !state.contains_key(n) {
+                let cycle = visit(n, &graph, &mut state, &mut Vec::new());
+                assert!(
+                    cycle.is_none(),
+                    "import cycle among the children of crate::{}: {}",
+                    parent.join("::"),
+                    cycle.unwrap().join(" -> ")
+                );
+            }
+        }
+    }
+    let top = &edges[&Vec::new()];
+    let forbidden = [
+        ("engine", "api"),
+        ("engine", "cli"),
+        ("ledger", "engine"),
+        ("ledger", "api"),
+        ("release", "engine"),
+        ("release", "api"),
+        ("store", "engine"),
+        ("store", "api"),
+        ("accounting", "engine"),
+        ("accounting", "api"),
+    ];
+    for (from, to) in forbidden {
+        assert!(
+            !top.contains(&(from.to_string(), to.to_string())),
+            "crate::{from} must not use crate::{to}"
+        );
+    }
+    for (module, code) in &files {
+        if module.first().is_some_and(|m| m == "engine") {
+            for word in ["axum", "http::", "StatusCode", "Problem"] {
+                assert!(
+                    !code.contains(word),
+                    "crate::{} mentions {word}: the engine knows nothing of HTTP",
+                    module.join("::")
+                );
+            }
+        }
+    }
+}
