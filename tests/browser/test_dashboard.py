@@ -30,7 +30,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+# Screenshots go under target/ so a test run leaves the tree clean; set
+# DPLEDGER_SCREENSHOT_DIR=docs to refresh the images the docs show.
+SHOTS = Path(os.environ.get("DPLEDGER_SCREENSHOT_DIR", ROOT / "target" / "dashboard-screenshots"))
+if not SHOTS.is_absolute():
+    SHOTS = ROOT / SHOTS
 N = 200
 STEPS = 100
 LEVELS = [0.1, 0.3, 0.5, 0.7, 0.9]
@@ -216,8 +220,8 @@ def screenshot(driver, name):
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1280, min(max(height, 800), 6000))
     time.sleep(0.3)
-    DOCS.mkdir(exist_ok=True)
-    driver.save_screenshot(str(DOCS / f"dashboard-{name}.png"))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / f"dashboard-{name}.png"))
 
 
 def fetched_urls(driver):

@@ -263,7 +263,18 @@ async fn per_group_releases_follow_the_labels() {
         .create_dataset_with("g", &dataset_config(), &setup)
         .await
         .unwrap();
-    run_steps(&env.client_as("trainer", Some("g"), None), "g", 0, 20).await;
+    let trainer = env.client_as("trainer", Some("g"), None);
+    // A full-batch refresh first: odd ids sit at their small threshold from step 0,
+    // so the groups' mean epsilons differ by about the whole bound B, far beyond
+    // the noise of a per-group mean at rho = 0.004 (sd ~0.3 each). Without it odd
+    // ids keep C until first sampled and the ordering below flakes (gap ~0.8).
+    let ids: Vec<u64> = (0..N).collect();
+    let norms: Vec<f64> = ids
+        .iter()
+        .map(|i| if i % 2 == 1 { 0.05 } else { 2.0 })
+        .collect();
+    trainer.refresh("g", &ids, &norms).await.unwrap();
+    run_steps(&trainer, "g", 0, 20).await;
     let curator = env.client_as("curator", Some("g"), None);
 
     // One entry per label in order of first use, the unlabelled (none here) last.
