@@ -1,15 +1,20 @@
-//! Criterion benchmark of seed 001's data-dependent analysis (issue 18): n =
-//! 60,000 examples, 3 runs, 20 checkpoints (one every `STEPS_PER_CHECKPOINT`
-//! steps, q = 256/60,000, sigma = 1), the 64 ledger orders, default Hölder
-//! exponent, 2 threads. Norms are synthetic: each example has a base norm
-//! (a third of them clipped at C), shrinking over training, jittered per run, so
-//! level tuples are mostly distinct (little sharing: a hard case).
+//! Criterion benchmark of seed 001's data-dependent analysis (issue 18): 3 runs,
+//! 20 checkpoints (one every `STEPS_PER_CHECKPOINT` steps, q = 256/60,000,
+//! sigma = 1), the 64 ledger orders, default Hölder exponent, 2 threads, with the
+//! default rounding (`Rounding::FAST`) and exactly. Norms are synthetic: each
+//! example has a base norm (a third of them clipped at C), shrinking over
+//! training, jittered per run, so level tuples are mostly distinct (little
+//! sharing: a hard case).
 //!
-//! `cargo test --benches` runs it once at n = 2,000.
+//! Criterion measures n = 2,000 (`DD_N` overrides). `DD_FULL=1` first times one
+//! full-size analysis (n = 60,000) of each kind, as reported in
+//! `docs/performance.md`. `cargo test --benches` runs each once at n = 2,000.
 
 use criterion::Criterion;
 use dpledger::accounting::conversion::Conversion;
-use dpledger::accounting::data_dependent::{analyze, Checkpoint, Options, RunSet, StepParams};
+use dpledger::accounting::data_dependent::{
+    analyze, Checkpoint, Options, Rounding, RunSet, StepParams,
+};
 use dpledger::accounting::orders::ledger_orders;
 use dpledger::accounting::BucketGrid;
 use rand::{Rng, SeedableRng};
@@ -21,11 +26,10 @@ const CHECKPOINTS: usize = 20;
 const STEPS_PER_CHECKPOINT: usize = 10;
 
 fn examples() -> usize {
-    if std::env::args().any(|a| a == "--bench") {
-        60_000
-    } else {
-        2_000
-    }
+    std::env::var("DD_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
 }
 
 fn run_set(n: usize) -> RunSet {
@@ -67,34 +71,52 @@ fn run_set(n: usize) -> RunSet {
     RunSet::new(grid, steps, n, runs).expect("valid runs")
 }
 
-fn main() {
-    let n = examples();
-    let runs = run_set(n);
-    let options = Options {
+fn options(rounding: Rounding) -> Options {
+    Options {
         orders: ledger_orders(),
         holder: None,
         delta: 1e-5,
         conversion: Conversion::Improved,
         threads: 2,
-    };
+        rounding,
+    }
+}
+
+/// Time one analysis and print its headline numbers.
+fn once(runs: &RunSet, rounding: Rounding, label: &str) {
     let t0 = std::time::Instant::now();
-    let once = analyze(&runs, &options).expect("analysis");
+    let a = analyze(runs, &options(rounding)).expect("analysis");
     eprintln!(
-        "one analysis: {:.2} s (n = {n}, data-independent epsilon {:.4}, median data-dependent {:.4})",
+        "one {label} analysis: {:.2} s (n = {}, data-independent epsilon {:.4}, median data-dependent {:.4}, below {})",
         t0.elapsed().as_secs_f64(),
-        once.data_independent.epsilon,
-        once.summary.as_ref().map_or(f64::NAN, |s| s.epsilon.median)
+        runs.examples(),
+        a.data_independent.epsilon,
+        a.summary.as_ref().map_or(f64::NAN, |s| s.epsilon.median),
+        a.summary.as_ref().map_or(0, |s| s.below_data_independent),
     );
+}
+
+fn main() {
+    if std::env::var("DD_FULL").is_ok_and(|v| v == "1") {
+        let full = run_set(60_000);
+        once(&full, Rounding::FAST, "rounded (FAST)");
+        once(&full, Rounding::EXACT, "exact");
+    }
+    let n = examples();
+    let runs = run_set(n);
     let mut c = Criterion::default()
         .configure_from_args()
         .sample_size(10)
         .warm_up_time(std::time::Duration::from_millis(1));
-    c.bench_function(
-        &format!(
-            "data_dependent n={n} runs={RUNS} checkpoints={CHECKPOINTS} steps={} orders=64",
-            CHECKPOINTS * STEPS_PER_CHECKPOINT
-        ),
-        |b| b.iter(|| black_box(analyze(&runs, &options).expect("analysis"))),
-    );
+    for (rounding, label) in [(Rounding::FAST, "rounded"), (Rounding::EXACT, "exact")] {
+        let options = options(rounding);
+        c.bench_function(
+            &format!(
+                "data_dependent {label} n={n} runs={RUNS} checkpoints={CHECKPOINTS} steps={} orders=64",
+                CHECKPOINTS * STEPS_PER_CHECKPOINT
+            ),
+            |b| b.iter(|| black_box(analyze(&runs, &options).expect("analysis"))),
+        );
+    }
     c.final_summary();
 }

@@ -6,7 +6,8 @@
 use dpledger::accounting::conversion::{epsilon_from_rdp, Conversion};
 use dpledger::accounting::data_dependent::trace::RawCheckpoint;
 use dpledger::accounting::data_dependent::{
-    analyze, compose, read_run, DataDependentError, Options, RunSet, RunTrace, TraceConfig,
+    analyze, compose, compose_rounded, read_run, DataDependentError, Options, Rounding, RunSet,
+    RunTrace, TraceConfig,
 };
 use dpledger::accounting::sgm::sgm_rdp;
 use serde_json::Value;
@@ -106,6 +107,7 @@ fn agrees_with_the_mpmath_oracle_to_1e9() {
                 delta: case["delta"].as_f64().unwrap(),
                 conversion: Conversion::Improved,
                 threads: 1,
+                rounding: Rounding::EXACT,
             };
             let a = analyze(&runs, &options).unwrap();
             assert!(!a.guarantee);
@@ -204,6 +206,7 @@ fn identical_runs_at_full_sensitivity_never_beat_the_data_independent_accountant
                 delta: 1e-5,
                 conversion: Conversion::Improved,
                 threads: 2,
+                rounding: Rounding::EXACT,
             };
             let a = analyze(&runs, &options).unwrap();
             let di_eps = epsilon_from_rdp(&orders, &di, 1e-5, Conversion::Improved).epsilon;
@@ -233,6 +236,7 @@ fn smaller_sensitivities_give_smaller_estimates() {
         delta: 1e-5,
         conversion: Conversion::Improved,
         threads: 1,
+        rounding: Rounding::EXACT,
     };
     let a = analyze(&runs, &options).unwrap();
     let e: Vec<f64> = a.examples.iter().map(|x| x.epsilon).collect();
@@ -272,6 +276,7 @@ fn refuses_what_cannot_be_analysed() {
         delta: 1e-5,
         conversion: Conversion::Improved,
         threads: 1,
+        rounding: Rounding::EXACT,
     };
     // One run.
     let one = RunSet::from_traces(&[good(vec![0.5, 0.5])]).unwrap();
@@ -428,4 +433,46 @@ fn cli_reports_estimates_beside_both_baselines_and_refuses_with_exit_2() {
         assert_eq!(out.status.code(), Some(2));
         assert!(!out.stderr.is_empty());
     }
+}
+
+/// Rounding step orders and levels up (the fast path) never gives less than the
+/// exact composition, on every fixture case, example and order; and it stays
+/// within a few percent of it on these small cases.
+#[test]
+fn rounding_only_loosens_the_exact_composition() {
+    let fx = fixture();
+    let mut checked = 0;
+    for (i, case) in fx["cases"].as_array().unwrap().iter().enumerate() {
+        let runs = RunSet::from_traces(&traces_of(case)).unwrap();
+        let orders: Vec<f64> = case["orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let holder = case["holder"]
+            .as_f64()
+            .unwrap_or(3.0 * runs.steps().len() as f64);
+        let exact = compose(&runs, &orders, holder, 1);
+        for rounding in [
+            Rounding::FAST,
+            Rounding {
+                order_ratio: 1.1,
+                level_stride: 7,
+            },
+        ] {
+            let fast = compose_rounded(&runs, &orders, holder, rounding, 2);
+            for (k, (&f, &x)) in fast.rdp.iter().zip(&exact.rdp).enumerate() {
+                assert!(
+                    f >= x * (1.0 - 1e-12),
+                    "case {i} value {k}: rounded {f} < exact {x}"
+                );
+                if rounding == Rounding::FAST {
+                    assert!(f <= x * 1.05 + 1e-12, "case {i} value {k}: {f} vs {x}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
 }

@@ -59,8 +59,12 @@ fn the_server_enforces_the_permission_table() {
     for e in endpoints {
         for (dataset, own_dataset) in [("d", true), ("other", false)] {
             for (example, own_example) in [(3, true), (4, false)] {
-                let path = e
-                    .path
+                let target = if e.query.is_empty() {
+                    e.path.to_string()
+                } else {
+                    format!("{}?{}", e.path, e.query)
+                };
+                let path = target
                     .replace("{dataset}", dataset)
                     .replace("{example}", &example.to_string());
                 let url = format!("{}{path}", server.url);

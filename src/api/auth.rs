@@ -54,6 +54,10 @@ pub struct Claims {
     /// The dataset the token is limited to (required for every role but admin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<String>,
+    /// Further datasets the token covers with the same role: several training
+    /// runs of one model (seed 001's analysis needs a curator of every run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datasets: Option<BTreeSet<String>>,
     /// Owner tokens: the example ids whose privacy the holder may read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub examples: Option<BTreeSet<u64>>,
@@ -91,7 +95,7 @@ impl Claims {
         if self.role == Role::Admin {
             return Ok(());
         }
-        let own = |d: &str| self.dataset.as_deref() == Some(d);
+        let own = |d: &str| self.covers(d);
         let allowed = match access {
             Access::Admin => false,
             Access::Metrics => self.role == Role::Metrics,
@@ -129,7 +133,28 @@ impl Claims {
 
     /// Whether the token may see dataset `d` at all (for listings).
     pub fn sees_dataset(&self, d: &str) -> bool {
-        self.role == Role::Admin || self.dataset.as_deref() == Some(d)
+        self.role == Role::Admin || self.covers(d)
+    }
+
+    /// Whether `d` is the token's dataset or one of its further datasets.
+    fn covers(&self, d: &str) -> bool {
+        self.dataset.as_deref() == Some(d) || self.datasets.as_ref().is_some_and(|s| s.contains(d))
+    }
+
+    /// The same claims, also covering `more` datasets with the same role (for
+    /// `dpledger token --dataset A --dataset B`).
+    pub fn covering(mut self, more: impl IntoIterator<Item = String>) -> anyhow::Result<Self> {
+        if self.role.server_wide() {
+            anyhow::bail!("a server-wide token names no dataset");
+        }
+        let extra: BTreeSet<String> = more
+            .into_iter()
+            .filter(|d| self.dataset.as_deref() != Some(d))
+            .collect();
+        if !extra.is_empty() {
+            self.datasets = Some(extra);
+        }
+        Ok(self)
     }
 }
 
@@ -216,6 +241,11 @@ impl Authorizer {
                 "invalid bearer token: a non-admin token must name a dataset",
             ));
         }
+        if claims.role.server_wide() && claims.datasets.is_some() {
+            return Err(Problem::unauthorized(
+                "invalid bearer token: a server-wide token names no datasets",
+            ));
+        }
         if claims.role == Role::Metrics && claims.dataset.is_some() {
             return Err(Problem::unauthorized(
                 "invalid bearer token: a metrics token is server-wide and names no dataset",
@@ -289,6 +319,7 @@ pub fn claims_for(
         sub: sub.to_string(),
         role,
         dataset,
+        datasets: None,
         examples,
         exp: now + ttl_seconds,
         iat: now,
@@ -349,6 +380,31 @@ mod tests {
         assert!(owner.authorize(Access::Train("d1")).is_err());
         assert!(owner.authorize(Access::View("d1")).is_ok());
         assert!(owner.authorize(Access::Admin).is_err());
+    }
+
+    #[test]
+    fn a_token_may_cover_several_runs_with_one_role() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        let claims = claims_for("c", Role::Curator, Some("r1".into()), None, 600)
+            .unwrap()
+            .covering(["r2".to_string(), "r1".to_string()])
+            .unwrap();
+        let curator = auth.verify(&auth.mint(&claims).unwrap()).unwrap();
+        assert_eq!(curator.datasets, Some(["r2".to_string()].into()));
+        assert!(curator.authorize(Access::Curate("r1")).is_ok());
+        assert!(curator.authorize(Access::Curate("r2")).is_ok());
+        assert!(curator.authorize(Access::Curate("r3")).is_err());
+        assert!(curator.sees_dataset("r2") && !curator.sees_dataset("r3"));
+        let admin = claims_for("a", Role::Admin, None, None, 600).unwrap();
+        assert!(admin.clone().covering(["r1".to_string()]).is_err());
+        let mut forged = admin;
+        forged.datasets = Some(["r1".to_string()].into());
+        assert_eq!(
+            auth.verify(&auth.mint(&forged).unwrap())
+                .unwrap_err()
+                .status,
+            401
+        );
     }
 
     #[test]

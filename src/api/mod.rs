@@ -8,6 +8,7 @@
 //! | `dataset_routes.rs` | dataset, training and privacy-query endpoints |
 //! | `release_routes.rs` | release endpoints (releases, budget, labels, policy) |
 //! | `accountant_routes.rs` | the stateless accountant endpoints |
+//! | `analysis_routes.rs` | seed 001's data-dependent analysis over several runs |
 //! | `accountant.rs` | the stateless accountant's requests and computations (shared with the CLI) |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
@@ -23,6 +24,7 @@
 
 pub mod accountant;
 mod accountant_routes;
+mod analysis_routes;
 pub mod auth;
 pub mod bare_errors;
 mod dataset_routes;

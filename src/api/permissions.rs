@@ -32,6 +32,10 @@ pub enum Scope {
     Accountant,
     /// The Prometheus metrics ([`Access::Metrics`]).
     Metrics,
+    /// Curating every run an analysis names ([`Access::Curate`] of each).
+    CurateEveryRun,
+    /// One example in every run an analysis names ([`Access::Example`] of each).
+    ExampleEveryRun,
 }
 
 impl Scope {
@@ -40,9 +44,9 @@ impl Scope {
         Some(match self {
             Scope::Public | Scope::AnyToken => return None,
             Scope::Admin => Access::Admin,
-            Scope::Curate => Access::Curate(dataset),
+            Scope::Curate | Scope::CurateEveryRun => Access::Curate(dataset),
             Scope::Train => Access::Train(dataset),
-            Scope::Example => Access::Example(dataset, example),
+            Scope::Example | Scope::ExampleEveryRun => Access::Example(dataset, example),
             Scope::View => Access::View(dataset),
             Scope::Accountant => Access::Accountant,
             Scope::Metrics => Access::Metrics,
@@ -61,6 +65,8 @@ impl Scope {
             Scope::View => "view",
             Scope::Accountant => "accountant",
             Scope::Metrics => "metrics",
+            Scope::CurateEveryRun => "curate every run",
+            Scope::ExampleEveryRun => "example in every run",
         }
     }
 }
@@ -74,6 +80,9 @@ pub struct Endpoint {
     pub path: &'static str,
     /// What its handler authorises.
     pub scope: Scope,
+    /// Query template naming the objects when the path does not (`{dataset}`
+    /// and `{example}` as in paths); empty for most endpoints.
+    pub query: &'static str,
 }
 
 const fn ep(method: &'static str, path: &'static str, scope: Scope) -> Endpoint {
@@ -81,6 +90,22 @@ const fn ep(method: &'static str, path: &'static str, scope: Scope) -> Endpoint 
         method,
         path,
         scope,
+        query: "",
+    }
+}
+
+/// An endpoint whose objects are named in its query (the runs of an analysis).
+const fn epq(
+    method: &'static str,
+    path: &'static str,
+    query: &'static str,
+    scope: Scope,
+) -> Endpoint {
+    Endpoint {
+        method,
+        path,
+        scope,
+        query,
     }
 }
 
@@ -119,6 +144,18 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     ep("PUT", "/v1/datasets/{dataset}/labels", Scope::Curate),
     ep("POST", "/v1/datasets/{dataset}/archive", Scope::Curate),
+    epq(
+        "GET",
+        "/v1/analyses/data-dependent",
+        "runs={dataset},{dataset}",
+        Scope::CurateEveryRun,
+    ),
+    epq(
+        "GET",
+        "/v1/analyses/data-dependent/examples/{example}",
+        "runs={dataset},{dataset}",
+        Scope::ExampleEveryRun,
+    ),
     ep("POST", "/v1/accountant/rdp", Scope::Accountant),
     ep("POST", "/v1/accountant/epsilon", Scope::Accountant),
     ep("POST", "/v1/accountant/noise", Scope::Accountant),
@@ -150,6 +187,7 @@ pub fn reference_claims(role: Role) -> Claims {
         sub: "matrix".into(),
         role,
         dataset: (!role.server_wide()).then(|| "d".to_string()),
+        datasets: None,
         examples: (role == Role::Owner).then(|| [3].into_iter().collect()),
         exp: u64::MAX,
         iat: 0,
@@ -168,14 +206,24 @@ pub fn allows(role: Role, scope: Scope, own_dataset: bool, own_example: bool) ->
     }
 }
 
-/// What a role may do within a scope, in words.
+/// What a role may do within a scope, in words. For the analyses over several
+/// runs, "its" means every run named (a token may cover several datasets).
 pub fn cell(role: Role, scope: Scope) -> &'static str {
+    let every_run = matches!(scope, Scope::CurateEveryRun | Scope::ExampleEveryRun);
     if allows(role, scope, false, false) {
         "yes"
     } else if allows(role, scope, true, false) {
-        "its dataset"
+        if every_run {
+            "all its runs"
+        } else {
+            "its dataset"
+        }
     } else if allows(role, scope, true, true) {
-        "its examples"
+        if every_run {
+            "its examples in all its runs"
+        } else {
+            "its examples"
+        }
     } else {
         "no"
     }

@@ -180,6 +180,7 @@ pub fn openapi_document() -> String {
     doc.merge(super::dataset_routes::DatasetApi::openapi());
     doc.merge(super::accountant_routes::AccountantApi::openapi());
     doc.merge(super::release_routes::ReleaseApi::openapi());
+    doc.merge(super::analysis_routes::AnalysisApi::openapi());
     utoipa::Modify::modify(&ApiConventions, &mut doc);
     doc.to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -207,6 +208,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .merge(super::dataset_routes::routes())
         .merge(super::accountant_routes::routes())
         .merge(super::release_routes::routes())
+        .merge(super::analysis_routes::routes())
         .merge(crate::dashboard::router())
         .fallback(|| async { Problem::not_found("no such endpoint") })
         .layer(axum::extract::DefaultBodyLimit::max(limit))

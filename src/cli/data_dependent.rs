@@ -2,7 +2,7 @@
 //! several runs' traces (issue 18). Every refusal is a one-line error (exit 2).
 
 use crate::accounting::conversion::Conversion;
-use crate::accounting::data_dependent::{analyze, read_run, Options, RunSet};
+use crate::accounting::data_dependent::{analyze, read_run, Options, Rounding, RunSet};
 use crate::accounting::orders::ledger_orders;
 use crate::accounting::validate;
 use std::path::PathBuf;
@@ -28,6 +28,16 @@ pub struct DataDependentCmd {
     /// Skip the seed-000 per-instance epsilons (a replay of every trace).
     #[arg(long)]
     pub no_per_instance: bool,
+    /// Round step orders up to the geometric grid `R^k` (1 = exact); rounding
+    /// only loosens the estimate and makes it much faster.
+    #[arg(long, default_value_t = Rounding::FAST.order_ratio)]
+    pub order_ratio: f64,
+    /// Round sensitivity levels up to multiples of S (1 = the ledger's grid).
+    #[arg(long, default_value_t = Rounding::FAST.level_stride)]
+    pub level_stride: u32,
+    /// The exact evaluation (same as --order-ratio 1 --level-stride 1).
+    #[arg(long, conflicts_with_all = ["order_ratio", "level_stride"])]
+    pub exact: bool,
 }
 
 impl DataDependentCmd {
@@ -62,8 +72,21 @@ impl DataDependentCmd {
             delta: self.delta,
             conversion,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            rounding: if self.exact {
+                Rounding::EXACT
+            } else {
+                Rounding {
+                    order_ratio: self.order_ratio,
+                    level_stride: self.level_stride,
+                }
+            },
         };
         let mut analysis = analyze(&runs, &options).map_err(|e| e.to_string())?;
+        analysis.datasets = self
+            .traces
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
         if !self.no_per_instance {
             let mut per_run = Vec::with_capacity(self.traces.len());
             for path in &self.traces {

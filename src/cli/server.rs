@@ -77,9 +77,11 @@ pub struct TokenCmd {
     /// The role.
     #[arg(long, value_enum)]
     pub role: Role,
-    /// The dataset (required for every role but admin).
+    /// The dataset (required for every role but admin); repeat it for a token
+    /// covering several runs with the same role (e.g. a curator of every run of
+    /// a data-dependent analysis).
     #[arg(long)]
-    pub dataset: Option<String>,
+    pub dataset: Vec<String>,
     /// Owner tokens: comma-separated example ids.
     #[arg(long)]
     pub examples: Option<String>,
@@ -273,13 +275,19 @@ impl TokenCmd {
                     .collect::<anyhow::Result<std::collections::BTreeSet<u64>>>()
             })
             .transpose()?;
+        let mut datasets = self.dataset.iter().cloned();
         let claims = claims_for(
             &self.subject,
             self.role,
-            self.dataset.clone(),
+            datasets.next(),
             examples,
             parse_ttl(&self.ttl)?,
         )?;
+        let claims = if self.dataset.len() > 1 {
+            claims.covering(datasets)?
+        } else {
+            claims
+        };
         Authorizer::hs256(&secret).mint(&claims)
     }
 }

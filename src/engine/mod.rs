@@ -18,6 +18,7 @@
 //! | `recovery.rs` | rebuilding every ledger from the log at start, and one dataset on reload |
 //! | `book.rs` | the [`ReleaseBook`] and how each stored release record changes it |
 //! | `releases.rs` | publishing releases (by request or policy) and changing release settings |
+//! | `data_dependent.rs` | seed 001's analysis over several runs, read from the ledgers and the log |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
@@ -27,6 +28,7 @@
 mod book;
 mod bounds;
 mod commands;
+mod data_dependent;
 mod dataset;
 mod error;
 mod recovery;
@@ -34,6 +36,7 @@ mod releases;
 
 pub use book::{PolicyRefusal, ReleaseBook};
 pub use commands::{payload_from_report, report_from_payload, DatasetSetup};
+pub use data_dependent::{check_run_ids, DataDependentRequest, MAX_RUNS};
 pub use dataset::{valid_dataset_id, Dataset, PldCache};
 pub use error::{BudgetRefusal, EngineError, EngineResult};
 pub use releases::ReleaseOutcome;

@@ -137,6 +137,32 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Mint a token covering several datasets with one role
+    /// (`dpledger token --dataset A --dataset B ...`).
+    pub fn token_for(&self, role: &str, datasets: &[&str], examples: Option<&str>) -> String {
+        let mut cmd = Command::new(binary());
+        cmd.arg("token")
+            .arg("--role")
+            .arg(role)
+            .arg("--data-dir")
+            .arg(&self.data_dir);
+        for d in datasets {
+            cmd.arg("--dataset").arg(d);
+        }
+        if let Some(e) = examples {
+            cmd.arg("--examples").arg(e);
+        }
+        let out = cmd.output().expect("token command");
+        assert!(
+            out.status.success(),
+            "token: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();

@@ -78,6 +78,17 @@ class Server:
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
 
+    def token_for(self, role: str, datasets: List[str], examples: Optional[List[int]] = None) -> str:
+        """A token covering several datasets with one role."""
+        cmd = [str(self.bin), "token", "--role", role, "--data-dir", str(self.data_dir)]
+        for d in datasets:
+            cmd += ["--dataset", d]
+        if examples is not None:
+            cmd += ["--examples", ",".join(str(e) for e in examples)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
     def replay(self, trace: Path, delta: float) -> Dict:
         out = subprocess.run(
             [str(self.bin), "replay", "--trace", str(trace), "--delta", repr(delta), "--json"],

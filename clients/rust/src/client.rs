@@ -527,6 +527,51 @@ impl Client {
         .await
     }
 
+    // ------------------------------------------------------------- analyses
+
+    /// `GET /v1/analyses/data-dependent` (admin, curator of every run): seed
+    /// 001's data-dependent estimate for every example over the runs, with the
+    /// data-independent and seed-000 epsilons beside it (`guarantee: false`).
+    /// Refusals: 400 (fewer than 2 runs, a bad parameter), 404 (unknown run),
+    /// 409 (runs of different configurations, an incomplete refresh).
+    pub async fn data_dependent_analysis(
+        &self,
+        query: &crate::analysis::AnalysisQuery,
+    ) -> Result<crate::analysis::DataDependentAnalysis> {
+        for r in &query.runs {
+            check_dataset_id(r)?;
+        }
+        self.json_call(
+            Method::GET,
+            &["v1", "analyses", "data-dependent"],
+            &query.pairs(),
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/analyses/data-dependent/examples/{i}` (admin, curator of every
+    /// run, owner of `i` in every run): one example's estimate.
+    pub async fn data_dependent_example(
+        &self,
+        example: u64,
+        query: &crate::analysis::AnalysisQuery,
+    ) -> Result<crate::analysis::DataDependentExampleView> {
+        for r in &query.runs {
+            check_dataset_id(r)?;
+        }
+        let id = example.to_string();
+        self.json_call(
+            Method::GET,
+            &["v1", "analyses", "data-dependent", "examples", &id],
+            &query.pairs(),
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
     // ------------------------------------------------------------- releases
 
     /// `POST /v1/datasets/{d}/releases` (admin, curator): publish a DP release of

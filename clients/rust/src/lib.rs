@@ -28,6 +28,7 @@
 //! ```
 
 pub mod accountant;
+pub mod analysis;
 mod client;
 pub mod codec;
 mod error;
@@ -40,6 +41,10 @@ pub mod tensorboard;
 pub mod trace;
 mod types;
 
+pub use analysis::{
+    AnalysisQuery, DataDependentAnalysis, DataDependentExample, DataDependentExampleView,
+    DataDependentInterval, DataDependentQuantiles, DataDependentSummary, DataIndependentEpsilon,
+};
 pub use client::{Client, ClientBuilder, Encoding};
 pub use error::{Error, Problem, Result};
 pub use mirror::ThresholdMirror;

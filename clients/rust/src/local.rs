@@ -150,6 +150,33 @@ impl LocalServer {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// Mint a token covering several datasets with one role (e.g. a curator of
+    /// every run of a data-dependent analysis).
+    pub fn token_for(
+        &self,
+        role: &str,
+        datasets: &[&str],
+        examples: Option<&str>,
+    ) -> Result<String, String> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["token", "--role", role, "--data-dir"])
+            .arg(&self.data_dir);
+        for d in datasets {
+            cmd.args(["--dataset", d]);
+        }
+        if let Some(e) = examples {
+            cmd.args(["--examples", e]);
+        }
+        let out = cmd.output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "dpledger token failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     /// Stop the server (SIGKILL) and wait for it.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -26,8 +26,8 @@ pub mod report;
 pub mod runs;
 pub mod trace;
 
-pub use compose::{compose, Composition};
-pub use report::{analyze, Analysis, ExampleResult, Options};
+pub use compose::{compose, compose_rounded, Composition, Rounding};
+pub use report::{analyze, Analysis, ExampleResult, ExampleView, Options};
 pub use runs::{Checkpoint, RunSet, StepParams};
 pub use trace::{read_run, RunTrace, TraceConfig};
 

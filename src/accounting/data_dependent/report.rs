@@ -5,7 +5,7 @@
 //! The seed-000 per-instance epsilons of each run are attached by the caller,
 //! who has the ledgers ([`Analysis::attach_per_instance`]).
 
-use super::compose::{compose, interval_contributions};
+use super::compose::{Core, Rounding};
 use super::runs::RunSet;
 use super::DataDependentError;
 use crate::accounting::conversion::{epsilon_from_rdp, Conversion};
@@ -26,10 +26,14 @@ pub struct Options {
     pub conversion: Conversion,
     /// Worker threads.
     pub threads: usize,
+    /// Rounding of step orders and levels ([`Rounding::EXACT`] for the exact
+    /// derivation; any other only loosens).
+    pub rounding: Rounding,
 }
 
 /// The data-independent accountant on the same steps.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataIndependentEpsilon)]
 pub struct DataIndependent {
     /// Its epsilon at `delta` (a proven bound).
     pub epsilon: f64,
@@ -38,7 +42,8 @@ pub struct DataIndependent {
 }
 
 /// One checkpoint interval `[start_step, end_step)`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataDependentInterval)]
 pub struct Interval {
     /// First step of the interval.
     pub start_step: u64,
@@ -49,7 +54,8 @@ pub struct Interval {
 }
 
 /// Quantiles of a distribution over examples (nearest rank).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataDependentQuantiles)]
 pub struct Quantiles {
     /// Smallest value.
     pub min: f64,
@@ -92,7 +98,8 @@ impl Quantiles {
 }
 
 /// The distribution over examples (the seed's Figure 2).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataDependentSummary)]
 pub struct Summary {
     /// Data-dependent epsilons.
     pub epsilon: Quantiles,
@@ -103,7 +110,8 @@ pub struct Summary {
 }
 
 /// One example's result. Owners may read their own; viewers nothing of it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataDependentExample)]
 pub struct ExampleResult {
     /// The example.
     pub id: u64,
@@ -125,7 +133,8 @@ pub struct ExampleResult {
 }
 
 /// A whole analysis; serialises to the JSON of the CLI and (later) HTTP API.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataDependentAnalysis)]
 pub struct Analysis {
     /// Always `false`.
     pub guarantee: bool,
@@ -139,8 +148,15 @@ pub struct Analysis {
     pub delta: f64,
     /// Orders.
     pub orders: Vec<f64>,
-    /// The conversion used.
+    /// The conversion used (`improved` or `classic`).
+    #[schema(value_type = String)]
     pub conversion: Conversion,
+    /// Step orders were rounded up to the grid `order_ratio^k` (`1`: exact).
+    pub order_ratio: f64,
+    /// Levels were rounded up to multiples of this (`1`: the ledger's grid).
+    pub level_stride: u32,
+    /// The runs, in order: dataset ids (HTTP) or trace paths (CLI).
+    pub datasets: Vec<String>,
     /// The data-independent accountant.
     pub data_independent: DataIndependent,
     /// Checkpoint intervals.
@@ -188,7 +204,12 @@ fn checked(runs: &RunSet, options: &Options) -> Result<(Vec<f64>, f64), DataDepe
 pub fn analyze(runs: &RunSet, options: &Options) -> Result<Analysis, DataDependentError> {
     let (orders, holder) = checked(runs, options)?;
     let threads = options.threads.max(1);
-    let comp = compose(runs, &orders, holder, threads);
+    options
+        .rounding
+        .check()
+        .map_err(DataDependentError::InvalidArgument)?;
+    let core = Core::new(runs, &orders, holder, options.rounding, threads);
+    let comp = core.compose(threads);
     let steps = runs.steps();
     let di_rdp: Vec<f64> = orders
         .iter()
@@ -209,7 +230,11 @@ pub fn analyze(runs: &RunSet, options: &Options) -> Result<Analysis, DataDepende
         })
         .collect();
     let order_of: Vec<f64> = per_example.iter().map(|(e, _)| e.order).collect();
-    let contributions = interval_contributions(runs, &order_of, holder, threads);
+    let order_index: Vec<usize> = order_of
+        .iter()
+        .map(|a| orders.iter().position(|b| b == a).unwrap_or(0))
+        .collect();
+    let contributions = core.contributions(&order_index, threads);
     let bounds = &comp.boundaries;
     let n_int = bounds.len().saturating_sub(1);
     // Data-independent RDP of each interval at each order some example uses.
@@ -290,6 +315,9 @@ pub fn analyze(runs: &RunSet, options: &Options) -> Result<Analysis, DataDepende
         delta: options.delta,
         orders,
         conversion: options.conversion,
+        order_ratio: options.rounding.order_ratio,
+        level_stride: options.rounding.level_stride.max(1),
+        datasets: Vec::new(),
         data_independent: DataIndependent {
             epsilon: di.epsilon,
             order: di.order,
@@ -315,5 +343,61 @@ impl Analysis {
     /// Only example `id`'s result (what its owner may read).
     pub fn example(&self, id: u64) -> Option<&ExampleResult> {
         self.examples.get(id as usize).filter(|x| x.id == id)
+    }
+}
+
+/// One example's result with the context needed to read it: what its owner may
+/// read (no distribution over other examples).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = DataDependentExampleView)]
+pub struct ExampleView {
+    /// Always `false`: an estimate from finitely many runs.
+    pub guarantee: bool,
+    /// The runs, in order.
+    pub datasets: Vec<String>,
+    /// Runs the expectation used.
+    pub runs: usize,
+    /// Steps per run.
+    pub steps: usize,
+    /// Hölder exponent used.
+    pub holder: f64,
+    /// Delta of every epsilon.
+    pub delta: f64,
+    /// The conversion used (`improved` or `classic`).
+    #[schema(value_type = String)]
+    pub conversion: Conversion,
+    /// Step orders were rounded up to the grid `order_ratio^k` (`1`: exact).
+    pub order_ratio: f64,
+    /// Levels were rounded up to multiples of this (`1`: the ledger's grid).
+    pub level_stride: u32,
+    /// The data-independent accountant (public).
+    pub data_independent: DataIndependent,
+    /// Interval `i` of `relative_contributions` is steps
+    /// `[boundaries[i], boundaries[i+1])`.
+    pub boundaries: Vec<u64>,
+    /// The example's result.
+    pub example: ExampleResult,
+}
+
+impl Analysis {
+    /// Example `id`'s view (its owner's), if the analysis has it.
+    pub fn example_view(&self, id: u64) -> Option<ExampleView> {
+        let example = self.examples.iter().find(|x| x.id == id)?.clone();
+        let mut boundaries: Vec<u64> = self.intervals.iter().map(|i| i.start_step).collect();
+        boundaries.extend(self.intervals.last().map(|i| i.end_step));
+        Some(ExampleView {
+            guarantee: false,
+            datasets: self.datasets.clone(),
+            runs: self.runs,
+            steps: self.steps,
+            holder: self.holder,
+            delta: self.delta,
+            conversion: self.conversion,
+            order_ratio: self.order_ratio,
+            level_stride: self.level_stride,
+            data_independent: self.data_independent.clone(),
+            boundaries,
+            example,
+        })
     }
 }

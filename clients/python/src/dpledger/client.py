@@ -41,6 +41,8 @@ from .types import (
     CompareRequest,
     CompareResponse,
     CreateDataset,
+    DataDependentAnalysis,
+    DataDependentExampleView,
     DatasetConfig,
     DatasetList,
     DatasetView,
@@ -129,6 +131,12 @@ OPERATIONS: Dict[str, Operation] = {
     "set_policy": Operation("PUT", "/v1/datasets/{dataset}/release-policy", PolicyView, IDEMPOTENT),
     "set_labels": Operation("PUT", "/v1/datasets/{dataset}/labels", LabelsView, IDEMPOTENT),
     # the stateless accountant
+    "data_dependent_analysis": Operation(
+        "GET", "/v1/analyses/data-dependent", DataDependentAnalysis, IDEMPOTENT
+    ),
+    "data_dependent_example": Operation(
+        "GET", "/v1/analyses/data-dependent/examples/{example}", DataDependentExampleView, IDEMPOTENT
+    ),
     "accountant_rdp": Operation("POST", "/v1/accountant/rdp", RdpResponse, IDEMPOTENT),
     "accountant_epsilon": Operation("POST", "/v1/accountant/epsilon", EpsilonResponse, IDEMPOTENT),
     "accountant_noise": Operation("POST", "/v1/accountant/noise", NoiseResponse, IDEMPOTENT),
@@ -446,6 +454,68 @@ class Client:
             "worst_case",
             path_params={"dataset": dataset},
             params={"delta": _query_float(delta), "conversion": conversion},
+        )
+
+    # --- analyses -----------------------------------------------------------
+
+    @staticmethod
+    def _analysis_params(
+        runs: Sequence[str],
+        alpha: Optional[Sequence[float]],
+        holder: Optional[float],
+        delta: Optional[float],
+        conversion: Optional[str],
+        order_ratio: Optional[float],
+        level_stride: Optional[int],
+    ) -> Dict[str, Any]:
+        return {
+            "runs": ",".join(runs),
+            "alpha": None if alpha is None else ",".join(repr(float(a)) for a in alpha),
+            "holder": _query_float(holder),
+            "delta": _query_float(delta),
+            "conversion": conversion,
+            "order_ratio": _query_float(order_ratio),
+            "level_stride": level_stride,
+        }
+
+    def data_dependent_analysis(
+        self,
+        runs: Sequence[str],
+        *,
+        alpha: Optional[Sequence[float]] = None,
+        holder: Optional[float] = None,
+        delta: Optional[float] = None,
+        conversion: Optional[str] = None,
+        order_ratio: Optional[float] = None,
+        level_stride: Optional[int] = None,
+    ) -> DataDependentAnalysis:
+        """Seed 001's data-dependent estimate of every example over ``runs``
+        (dataset ids of runs of one configuration with refreshes), beside the
+        data-independent and seed-000 epsilons; ``guarantee`` is false. Admin
+        or curator of every run. ``order_ratio=1`` is the exact evaluation."""
+        return self._call(
+            "data_dependent_analysis",
+            params=self._analysis_params(runs, alpha, holder, delta, conversion, order_ratio, level_stride),
+        )
+
+    def data_dependent_example(
+        self,
+        example: int,
+        runs: Sequence[str],
+        *,
+        alpha: Optional[Sequence[float]] = None,
+        holder: Optional[float] = None,
+        delta: Optional[float] = None,
+        conversion: Optional[str] = None,
+        order_ratio: Optional[float] = None,
+        level_stride: Optional[int] = None,
+    ) -> DataDependentExampleView:
+        """One example's data-dependent estimate (its owner in every run, or a
+        curator of every run)."""
+        return self._call(
+            "data_dependent_example",
+            path_params={"example": int(example)},
+            params=self._analysis_params(runs, alpha, holder, delta, conversion, order_ratio, level_stride),
         )
 
     # --- releases -----------------------------------------------------------

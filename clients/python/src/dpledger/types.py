@@ -75,6 +75,13 @@ __all__ = [
     "LabelsView",
     "PolicyUpdate",
     "PolicyView",
+    "DataIndependentEpsilon",
+    "DataDependentQuantiles",
+    "DataDependentInterval",
+    "DataDependentSummary",
+    "DataDependentExample",
+    "DataDependentAnalysis",
+    "DataDependentExampleView",
     "Health",
     "Problem",
     "from_json",
@@ -697,6 +704,104 @@ class Problem:
     field: Optional[str] = None
     #: On a release refused by its budget: the spend and the request.
     budget: Optional[BudgetRefusal] = None
+
+
+# --- data-dependent analysis (seed 001) ----------------------------------------
+
+
+@dataclass
+class DataIndependentEpsilon:
+    __schema__: ClassVar[str] = "DataIndependentEpsilon"
+    epsilon: float
+    order: float
+
+
+@dataclass
+class DataDependentQuantiles:
+    __schema__: ClassVar[str] = "DataDependentQuantiles"
+    min: float
+    p10: float
+    p25: float
+    median: float
+    p75: float
+    p90: float
+    p99: float
+    max: float
+
+
+@dataclass
+class DataDependentInterval:
+    """One checkpoint interval: the seed's Figure 1 quantity over examples."""
+
+    __schema__: ClassVar[str] = "DataDependentInterval"
+    start_step: int
+    end_step: int
+    relative_contribution: DataDependentQuantiles
+
+
+@dataclass
+class DataDependentSummary:
+    """The distribution over examples: the seed's Figure 2."""
+
+    __schema__: ClassVar[str] = "DataDependentSummary"
+    epsilon: DataDependentQuantiles
+    ratio_to_data_independent: DataDependentQuantiles
+    below_data_independent: int
+
+
+@dataclass
+class DataDependentExample:
+    """One example's estimate (``guarantee`` is always false)."""
+
+    __schema__: ClassVar[str] = "DataDependentExample"
+    id: int
+    rdp: float
+    epsilon: float
+    order: float
+    guarantee: bool
+    data_independent_epsilon: float
+    relative_contributions: List[Optional[float]]
+    per_instance_epsilon: Optional[List[float]] = None
+
+
+@dataclass
+class DataDependentAnalysis:
+    """Seed 001's analysis of several runs: an estimate, never a guarantee."""
+
+    __schema__: ClassVar[str] = "DataDependentAnalysis"
+    guarantee: bool
+    runs: int
+    steps: int
+    holder: float
+    delta: float
+    orders: List[float]
+    conversion: str
+    order_ratio: float
+    level_stride: int
+    datasets: List[str]
+    data_independent: DataIndependentEpsilon
+    intervals: List[DataDependentInterval]
+    examples: List[DataDependentExample]
+    summary: Optional[DataDependentSummary] = None
+
+
+@dataclass
+class DataDependentExampleView:
+    """One example's estimate with its context (what its owner reads)."""
+
+    __schema__: ClassVar[str] = "DataDependentExampleView"
+    guarantee: bool
+    datasets: List[str]
+    runs: int
+    steps: int
+    holder: float
+    delta: float
+    conversion: str
+    order_ratio: float
+    level_stride: int
+    data_independent: DataIndependentEpsilon
+    boundaries: List[int]
+    example: DataDependentExample
 
 
 SCHEMA_TYPES: Dict[str, type] = {
