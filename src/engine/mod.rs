@@ -19,6 +19,8 @@
 //! | `book.rs` | the [`ReleaseBook`] and how each stored release record changes it |
 //! | `releases.rs` | publishing releases (by request or policy) and changing release settings |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
+//! | `bounds.rs` | the PLD worst case (cached) and the bounds it gives examples and releases |
+//! | `estimate.rs` | per-example PLD estimates (not a guarantee) from cached level spectra |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
@@ -29,6 +31,7 @@ mod bounds;
 mod commands;
 mod dataset;
 mod error;
+mod estimate;
 mod recovery;
 mod releases;
 
