@@ -34,7 +34,8 @@ pub struct LevelSteps {
 }
 
 /// An example's PLD epsilon over its actual history of thresholds: an
-/// estimate, **not** a proven bound (adaptive thresholds; see the module docs).
+/// estimate, **not** a proven bound (its thresholds were chosen adaptively from
+/// its own gradients, and PLD composition is not proven for that).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PldEstimate {
     /// The estimate's epsilon at the query's delta.
