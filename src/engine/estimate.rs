@@ -11,9 +11,9 @@
 //! Small grids (`K <=` [`PREBUILD_LEVELS`]) are cached whole per segment at the
 //! first query, so that later queries do not rebuild for a level not seen yet.
 //!
-//! The composition runs outside the ledger's lock, on the counts read under it.
+//! The composition runs outside the ledger's lock, on the counts read under it,
+//! on tokio's blocking pool (milliseconds of FFTs must not stall the workers).
 
-use super::bounds::blocking;
 use super::error::{EngineError, EngineResult};
 use super::Engine;
 use crate::accounting::pld::{
@@ -118,12 +118,13 @@ impl Engine {
         let ds = self.dataset(dataset)?;
         let steps: u64 = input.levels.iter().map(|l| l.steps).sum();
         let opts = PldOptions::default();
-        let epsilon = blocking(|| -> EngineResult<f64> {
+        let compute = move || -> EngineResult<(f64, EstimateInput)> {
             if input.levels.is_empty() {
                 // Nothing but releases (or nothing at all): no cache needed.
-                return compose_events(&input.release_events, &opts, TAIL)
+                let epsilon = compose_events(&input.release_events, &opts, TAIL)
                     .and_then(|p| p.epsilon(delta))
-                    .map_err(estimate_error);
+                    .map_err(estimate_error)?;
+                return Ok((epsilon, input));
             }
             let cache = {
                 let mut slot = ds.estimate_cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,12 +142,16 @@ impl Engine {
                 .iter()
                 .map(|l| (cache.index[&key(l.level())], l.steps))
                 .collect();
-            cache
+            let epsilon = cache
                 .cache
                 .compose(&counts)
                 .and_then(|p| p.epsilon(delta))
-                .map_err(estimate_error)
-        })?;
+                .map_err(estimate_error)?;
+            Ok((epsilon, input))
+        };
+        let (epsilon, input) = tokio::task::spawn_blocking(compute)
+            .await
+            .map_err(|e| EngineError::Internal(format!("the PLD estimate failed: {e}")))??;
         Ok(PldEstimate {
             epsilon,
             guarantee: false,
