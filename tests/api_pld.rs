@@ -7,10 +7,16 @@
 //! - shuffle: k epochs of the Gaussian mechanism compose to the Gaussian with
 //!   `mu = sqrt(k) / sigma`, whose exact `delta(eps)` is closed form
 //!   (Balle & Wang 2018), evaluated here with statrs' normal CDF.
+//!
+//! The per-example PLD estimate (item 4, not a guarantee): its levels are the
+//! counts computed in the test from the reported norms, its epsilon their
+//! heterogeneous composition; in shuffle mode, the exact Gaussian composition.
 
 mod common;
 
 use common::*;
+use dpledger::accounting::grid::BucketGrid;
+use dpledger::accounting::pld::{compose_events, PldEvent, PldOptions};
 use serde_json::{json, Value};
 use statrs::distribution::{ContinuousCDF, Normal};
 
@@ -175,4 +181,251 @@ fn shuffle_worst_case_is_one_gaussian_per_epoch() {
     );
     assert_eq!(w["method"], "pld");
     assert!(w["rdp"]["epsilon"].as_f64().unwrap() > pld);
+}
+
+/// Norms example 8 reports, at every 40th step: thresholds at many grid levels.
+const NORMS_8: [f64; 15] = [
+    0.05, 0.3, 0.72, 0.15, 2.0, 0.5, 0.9, 0.01, 0.44, 0.6, 0.33, 0.8, 0.25, 0.07, 1.2,
+];
+
+/// Example 8's steps per grid level computed here from the reported norms
+/// (spec §3.3: unsampled at `b`, sampled at `min(b, bucket(g))`), by level.
+fn counts_of_8(steps: u64, grid: &BucketGrid) -> std::collections::BTreeMap<u32, u64> {
+    let mut b = grid.top();
+    let mut counts = std::collections::BTreeMap::new();
+    for t in 0..steps {
+        let level = if t % 40 == 0 {
+            let kg = grid.bucket_of(NORMS_8[(t / 40) as usize % NORMS_8.len()]);
+            let k = b.min(kg);
+            b = kg;
+            k
+        } else {
+            b
+        };
+        if level > 0 {
+            *counts.entry(level).or_insert(0u64) += 1;
+        }
+    }
+    counts
+}
+
+#[test]
+fn pld_estimate_composes_the_examples_own_levels_and_is_labelled_an_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let admin = server.admin_token();
+    let (q, sigma, steps) = (0.01, 1.0, 600u64);
+    let r = post(
+        &format!("{}/v1/datasets", server.url),
+        Some(&admin),
+        &json!({"id": "d", "config": poisson_config(10, q, sigma)}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let trainer = server.token("trainer", Some("d"), None);
+    for t in 0..steps {
+        if t % 40 == 0 {
+            let g = NORMS_8[(t / 40) as usize % NORMS_8.len()];
+            step(&server, &trainer, t, &[8, 7], &[g, 0.5]);
+        } else {
+            step(&server, &trainer, t, &[], &[]);
+        }
+    }
+    let owner = server.token("owner", Some("d"), Some("8"));
+    let ask = |token: &str, id: u64, query: &str| {
+        get(
+            &url(
+                &server,
+                &format!("/examples/{id}/privacy?delta=1e-5{query}"),
+            ),
+            Some(token),
+        )
+    };
+    let plain = ask(&owner, 8, "");
+    assert_eq!(plain.status, 200, "{:?}", plain.body);
+    assert!(plain.body.get("pld_estimate").is_none());
+    let r = ask(&owner, 8, "&method=pld_estimate");
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let est = &r.body["pld_estimate"];
+    assert_eq!(est["guarantee"], false);
+    assert_eq!(est["value_discretization"].as_f64(), Some(1e-3));
+    // The guarantee is untouched by the estimate.
+    assert_eq!(r.body["example"], plain.body["example"]);
+    assert_eq!(r.body["worst_case"], plain.body["worst_case"]);
+
+    // The levels served are the counts computed here, one per threshold.
+    let grid = BucketGrid::new(1.0, 0.01).unwrap();
+    let counts = counts_of_8(steps, &grid);
+    assert!(counts.len() >= 10, "{counts:?}");
+    let served: Vec<(f64, u64)> = est["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            assert_eq!(l["sampling_rate"].as_f64(), Some(q));
+            assert_eq!(l["noise_multiplier"].as_f64(), Some(sigma));
+            let v = l["threshold"].as_f64().unwrap();
+            assert_eq!(l["effective_noise_multiplier"].as_f64(), Some(sigma / v));
+            (v, l["steps"].as_u64().unwrap())
+        })
+        .collect();
+    let want: Vec<(f64, u64)> = counts.iter().map(|(&k, &c)| (grid.value(k), c)).collect();
+    assert_eq!(served, want);
+    assert_eq!(est["steps"].as_u64(), Some(steps));
+    assert_eq!(est["releases"], 0);
+
+    // Its epsilon is the composition of those counts (independent path: a
+    // heterogeneous composition planned for exactly these events).
+    let events: Vec<PldEvent> = counts
+        .iter()
+        .map(|(&k, &count)| PldEvent::PoissonGaussian {
+            q,
+            sigma: sigma * 1.0 / grid.value(k),
+            count,
+        })
+        .collect();
+    let expected = compose_events(&events, &PldOptions::default(), 1e-16)
+        .unwrap()
+        .epsilon(1e-5)
+        .unwrap();
+    // Same discretisation; the server's FFT domain is larger (a cache of every
+    // level, sized for a horizon of 1024 steps), so only floating-point
+    // round-off differs (1.5e-9 relative when written).
+    let got = est["epsilon"].as_f64().unwrap();
+    assert!(
+        rel(got, expected) < 1e-8,
+        "served {got} vs composed {expected}"
+    );
+    // Here PLD is tighter than the example's own RDP bound.
+    let rdp = r.body["example"]["rdp_epsilon"].as_f64().unwrap();
+    assert!(got < rdp, "estimate {got} vs RDP {rdp}");
+    assert!(got > 0.0);
+
+    // Curators and admins may ask too; a query of another id answers its own levels.
+    let curator = server.token("curator", Some("d"), None);
+    let c = ask(&curator, 8, "&method=pld_estimate");
+    assert_eq!(c.status, 200, "{:?}", c.body);
+    assert_eq!(c.body["pld_estimate"], *est);
+    let seven = ask(&admin, 7, "&method=pld_estimate");
+    assert_eq!(seven.status, 200, "{:?}", seven.body);
+    let levels7 = seven.body["pld_estimate"]["levels"].as_array().unwrap();
+    // Example 7 reported 0.5 from step 0 on: every step at 0.5.
+    assert_eq!(levels7.len(), 1, "{levels7:?}");
+    let half = grid.value(grid.bucket_of(0.5));
+    assert_eq!(levels7[0]["threshold"].as_f64(), Some(half));
+    assert_eq!(levels7[0]["steps"].as_u64(), Some(steps));
+    // An example never reported: all steps at C, the worst case's events.
+    let zero = ask(&admin, 0, "&method=pld_estimate");
+    assert_eq!(zero.status, 200, "{:?}", zero.body);
+    let w = zero.body["worst_case"]["pld"]["epsilon"].as_f64().unwrap();
+    let e0 = zero.body["pld_estimate"]["epsilon"].as_f64().unwrap();
+    assert!(
+        rel(e0, w) < 1e-3,
+        "estimate at C {e0} vs PLD worst case {w}"
+    );
+
+    // Authorisation: per-example data only for its owner, curators and admins.
+    assert_eq!(ask(&owner, 7, "&method=pld_estimate").status, 403);
+    let viewer = server.token("viewer", Some("d"), None);
+    assert_eq!(ask(&viewer, 8, "&method=pld_estimate").status, 403);
+    assert_eq!(ask(&trainer, 8, "&method=pld_estimate").status, 403);
+    // A bad method is a 400 naming the parameter.
+    for bad in ["pld", "rdp", "PLD_ESTIMATE", ""] {
+        let r = ask(&owner, 8, &format!("&method={bad}"));
+        assert_eq!(r.status, 400, "method={bad}: {:?}", r.body);
+        assert_eq!(r.body["field"], "method", "{:?}", r.body);
+    }
+    assert_eq!(ask(&owner, 8, "&method=guarantee").status, 200);
+
+    // Releases are composed into the estimate as into the worst case.
+    let r = put(
+        &url(&server, "/release-budget"),
+        Some(&curator),
+        &json!({"rho": 0.01}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": 0.0025}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let after = ask(&owner, 8, "&method=pld_estimate");
+    assert_eq!(after.status, 200, "{:?}", after.body);
+    assert_eq!(after.body["pld_estimate"]["releases"], 1);
+    let got_after = after.body["pld_estimate"]["epsilon"].as_f64().unwrap();
+    assert!(got_after > got, "{got_after} vs {got}");
+}
+
+#[test]
+fn shuffle_pld_estimate_is_the_gaussian_composition_of_its_processings() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let admin = server.admin_token();
+    let (n, batch, sigma, epochs) = (4u64, 2u64, 2.0, 9u64);
+    let config = json!({"examples": n, "max_grad_norm": 1.0, "rounding": 0.01,
+        "noise_multiplier": sigma, "sampling": {"kind": "shuffle", "batch_size": batch},
+        "delta": 1e-5});
+    let r = post(
+        &format!("{}/v1/datasets", server.url),
+        Some(&admin),
+        &json!({"id": "d", "config": config}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let trainer = server.token("trainer", Some("d"), None);
+    let per_epoch = n / batch;
+    for t in 0..epochs * per_epoch {
+        let first = (t % per_epoch) * batch;
+        let ids: Vec<u64> = (first..first + batch).collect();
+        // Example 0 reports 0.5 from its second epoch on; the others C.
+        let norms: Vec<f64> = ids
+            .iter()
+            .map(|&i| if i == 0 && t >= per_epoch { 0.5 } else { 5.0 })
+            .collect();
+        step(&server, &trainer, t, &ids, &norms);
+    }
+    let curator = server.token("curator", Some("d"), None);
+    let ask = |id: u64| {
+        let r = get(
+            &url(
+                &server,
+                &format!("/examples/{id}/privacy?delta=1e-5&method=pld_estimate"),
+            ),
+            Some(&curator),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body
+    };
+    // Example 1: one Gaussian at C per epoch, mu = sqrt(epochs) / sigma.
+    let one = ask(1);
+    let est = one["pld_estimate"]["epsilon"].as_f64().unwrap();
+    let exact = gaussian_epsilon((epochs as f64).sqrt() / sigma, 1e-5);
+    assert!(
+        est >= exact * (1.0 - 1e-9) && est <= exact * 1.005,
+        "estimate {est} vs exact {exact}"
+    );
+    assert_eq!(one["pld_estimate"]["guarantee"], false);
+    // Example 0: epoch 0 at C, then processed at min(threshold, 0.5) = 0.5 in
+    // every later epoch: mu^2 = (1 + (epochs - 1) 0.25) / sigma^2.
+    let zero = ask(0);
+    let levels = zero["pld_estimate"]["levels"].as_array().unwrap();
+    let got: Vec<(f64, f64, u64)> = levels
+        .iter()
+        .map(|l| {
+            (
+                l["sampling_rate"].as_f64().unwrap(),
+                l["threshold"].as_f64().unwrap(),
+                l["steps"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let grid = BucketGrid::new(1.0, 0.01).unwrap();
+    let half = grid.value(grid.bucket_of(0.5));
+    assert_eq!(got, vec![(1.0, half, epochs - 1), (1.0, 1.0, 1)]);
+    let mu = ((1.0 + (epochs - 1) as f64 * half * half) / (sigma * sigma)).sqrt();
+    let est0 = zero["pld_estimate"]["epsilon"].as_f64().unwrap();
+    let exact0 = gaussian_epsilon(mu, 1e-5);
+    assert!(
+        est0 >= exact0 * (1.0 - 1e-9) && est0 <= exact0 * 1.005,
+        "estimate {est0} vs exact {exact0}"
+    );
 }

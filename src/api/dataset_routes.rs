@@ -11,8 +11,8 @@ use super::task::run_to_completion;
 use crate::accounting::{validate, Conversion};
 use crate::engine::{Dataset, DatasetSetup};
 use crate::ledger::{
-    DatasetConfig, ExamplePrivacy, Ledger, LedgerStatus, RefreshOutcome, StepOutcome, StepReport,
-    WorstCaseBounds,
+    DatasetConfig, ExamplePrivacy, Ledger, LedgerStatus, PldEstimate, RefreshOutcome, StepOutcome,
+    StepReport, WorstCaseBounds,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -112,15 +112,51 @@ pub struct PrivacyQuery {
     pub conversion: Option<String>,
 }
 
+/// An example's privacy query parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExamplePrivacyQuery {
+    /// Delta in (0, 1); default: the dataset's reporting delta.
+    pub delta: Option<f64>,
+    /// `improved` (default) or `classic`.
+    pub conversion: Option<String>,
+    /// `guarantee` (default): the proven bounds only. `pld_estimate`: also the
+    /// example's PLD epsilon over its actual history of thresholds, an estimate
+    /// labelled `"guarantee": false` (adaptive thresholds: not a proven bound).
+    pub method: Option<String>,
+}
+
+/// What an example's privacy query asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExampleMethod {
+    Guarantee,
+    PldEstimate,
+}
+
+fn parse_method(method: Option<&str>) -> ApiResult<ExampleMethod> {
+    match method {
+        None | Some("guarantee") => Ok(ExampleMethod::Guarantee),
+        Some("pld_estimate") => Ok(ExampleMethod::PldEstimate),
+        Some(other) => Err(Problem::bad_request(format!(
+            "invalid method {other:?}: expected guarantee (default) or pld_estimate"
+        ))
+        .with_field("method")),
+    }
+}
+
 /// One example's privacy, with the worst case beside it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PrivacyView {
     /// The delta used.
     pub delta: f64,
-    /// The example's own accounting.
+    /// The example's own accounting (proven bounds).
     pub example: ExamplePrivacy,
     /// The data-independent accountants (PLD and RDP) at the same delta.
     pub worst_case: WorstCaseBounds,
+    /// With `method=pld_estimate`: the example's PLD estimate, NOT a guarantee
+    /// (`"guarantee": false`); never part of `example.epsilon`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pld_estimate: Option<PldEstimate>,
 }
 
 fn parse_query(q: &PrivacyQuery, default_delta: f64) -> ApiResult<(f64, Conversion)> {
@@ -310,14 +346,16 @@ async fn refresh(
 }
 
 #[utoipa::path(get, path = "/v1/datasets/{dataset}/examples/{example}/privacy", tag = "privacy",
-    params(("dataset" = String, Path), ("example" = u64, Path), PrivacyQuery),
+    params(("dataset" = String, Path), ("example" = u64, Path), ExamplePrivacyQuery),
     responses((status = 200, body = PrivacyView), (status = 400, body = Problem), (status = 401, body = Problem),
-               (status = 403, body = Problem), (status = 404, body = Problem)), security(("bearer" = [])))]
+               (status = 403, body = Problem), (status = 404, body = Problem),
+               (status = 409, body = Problem, description = "method=pld_estimate: this dataset cannot give one (the problem says why)")),
+    security(("bearer" = [])))]
 async fn example_privacy(
     State(state): S,
     Auth(claims): Auth,
     ApiPath((id, example)): ApiPath<(String, String)>,
-    query: ApiQuery<PrivacyQuery>,
+    query: ApiQuery<ExamplePrivacyQuery>,
 ) -> ApiResult<Json<PrivacyView>> {
     // Authorise before any validation. A malformed example id is no example an
     // owner token lists (ids are below MAX_EXAMPLES), so owners get 403 for it and
@@ -330,18 +368,38 @@ async fn example_privacy(
     claims.authorize(Access::Example(&id, *example.as_ref().unwrap_or(&u64::MAX)))?;
     let example = example?;
     let q = query.parse()?;
-    let view = state
+    let method = parse_method(q.method.as_deref())?;
+    let q = PrivacyQuery {
+        delta: q.delta,
+        conversion: q.conversion,
+    };
+    let (mut view, input) = state
         .engine
-        .with_ledger(&id, |ds, ledger| -> ApiResult<PrivacyView> {
+        .with_ledger(&id, |ds, ledger| -> ApiResult<_> {
             let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
             let (example, worst_case) = ds.example_privacy(ledger, example, delta, conversion)?;
-            Ok(PrivacyView {
+            // Read the counts under the lock; compose them after releasing it.
+            let input = match method {
+                ExampleMethod::Guarantee => None,
+                ExampleMethod::PldEstimate => {
+                    Some(ledger.estimate_input(example.id)?.map_err(|why| {
+                        Problem::conflict(format!("no PLD estimate for this example: {why}"))
+                            .with_field("method")
+                    })?)
+                }
+            };
+            let view = PrivacyView {
                 delta,
                 example,
                 worst_case,
-            })
+                pld_estimate: None,
+            };
+            Ok((view, input))
         })
         .await?;
+    if let Some(input) = input {
+        view.pld_estimate = Some(state.engine.pld_estimate(&id, input, view.delta).await?);
+    }
     metrics::counter!("dpledger_privacy_queries_total").increment(1);
     Ok(Json(view))
 }

@@ -168,21 +168,27 @@ impl DemoCmd {
         }
         bar.finish_and_clear();
         let train_secs = started.elapsed().as_secs_f64();
-        // Owners read their own privacy over HTTP; show a few.
+        // Owners read their own privacy over HTTP; show a few, with the PLD
+        // estimate over their own thresholds (an estimate, not a guarantee).
         let mut owners = String::new();
         for id in [0u64, 1, 3, 7] {
             let v: serde_json::Value = agent
-                .get(&format!("{base}/v1/datasets/demo/examples/{id}/privacy"))
+                .get(&format!(
+                    "{base}/v1/datasets/demo/examples/{id}/privacy?method=pld_estimate"
+                ))
                 .set("Authorization", &auth)
                 .call()?
                 .into_json()?;
             owners.push_str(&format!(
-                "  example {id:>5} ({}): epsilon {:.3} by {} (per-instance RDP {:.3}, worst case {:.3})\n",
+                "  example {id:>5} ({}): epsilon {:.3} by {} (per-instance RDP {:.3}, worst case {:.3}; \
+                 PLD estimate, not a guarantee: {:.3} over {} levels)\n",
                 if id % 10 < 3 { "hard" } else { "easy" },
                 v["example"]["epsilon"].as_f64().unwrap_or(f64::NAN),
                 v["example"]["bound"].as_str().unwrap_or("?"),
                 v["example"]["rdp_epsilon"].as_f64().unwrap_or(f64::NAN),
-                v["worst_case"]["epsilon"].as_f64().unwrap_or(f64::NAN)
+                v["worst_case"]["epsilon"].as_f64().unwrap_or(f64::NAN),
+                v["pld_estimate"]["epsilon"].as_f64().unwrap_or(f64::NAN),
+                v["pld_estimate"]["levels"].as_array().map_or(0, |l| l.len()),
             ));
         }
         let wc: serde_json::Value = agent
@@ -202,6 +208,18 @@ impl DemoCmd {
             },
         ))?;
         eps.sort_by(f64::total_cmp);
+        let memory = runtime.block_on(
+            state
+                .engine
+                .with_ledger("demo", |_, ledger| -> anyhow::Result<u64> {
+                    Ok(ledger.memory_bytes())
+                }),
+        )?;
+        owners.push_str(&format!(
+            "\nledger memory: {:.0} bytes per example (RDP vectors, thresholds and the \
+             level counts of PLD estimates)\n",
+            memory as f64 / self.examples as f64
+        ));
         // What a dashboard may show: a DP release, whose cost is charged to everyone.
         let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
         let outcome: serde_json::Value = agent

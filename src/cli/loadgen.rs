@@ -41,6 +41,10 @@ pub struct LoadgenCmd {
     /// Total privacy queries.
     #[arg(long, default_value_t = 20_000)]
     pub queries: u64,
+    /// The privacy query's `method` (`guarantee`, or `pld_estimate` for the
+    /// per-example PLD estimate); default: none sent.
+    #[arg(long)]
+    pub query_method: Option<String>,
 }
 
 fn agent() -> ureq::Agent {
@@ -206,11 +210,15 @@ impl LoadgenCmd {
         let baseline_rate =
             (self.steps * self.batch as u64) as f64 / base_started.elapsed().as_secs_f64();
         // Queries against the first dataset, then the /healthz baseline.
+        let method = self
+            .query_method
+            .as_deref()
+            .map_or(String::new(), |m| format!("?method={m}"));
         let privacy = |i: u64| -> anyhow::Result<()> {
             let id = (i.wrapping_mul(2_654_435_761)) % self.examples;
             agent_cached()
                 .get(&format!(
-                    "{}/v1/datasets/{}/examples/{id}/privacy",
+                    "{}/v1/datasets/{}/examples/{id}/privacy{method}",
                     self.url, names[0]
                 ))
                 .set("Authorization", &auth)

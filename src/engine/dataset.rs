@@ -29,6 +29,9 @@ pub struct Dataset {
     pub book: std::sync::RwLock<ReleaseBook>,
     /// Recent PLD worst cases (spec §8), keyed by steps, releases and delta.
     pub(super) pld_cache: std::sync::Mutex<PldCache>,
+    /// Level spectra for per-example PLD estimates (spec §8), built on demand.
+    pub(super) estimate_cache:
+        std::sync::Mutex<Option<std::sync::Arc<super::estimate::EstimateCache>>>,
 }
 
 impl Dataset {
@@ -40,6 +43,7 @@ impl Dataset {
             stale: AtomicBool::new(false),
             book: std::sync::RwLock::new(ReleaseBook::default()),
             pld_cache: std::sync::Mutex::new(PldCache::default()),
+            estimate_cache: std::sync::Mutex::new(None),
         }
     }
 

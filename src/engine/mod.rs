@@ -20,6 +20,8 @@
 //! | `releases.rs` | publishing releases (by request or policy) and changing release settings |
 //! | `data_dependent.rs` | seed 001's analysis over several runs, read from the ledgers and the log |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
+//! | `bounds.rs` | the PLD worst case (cached) and the bounds it gives examples and releases |
+//! | `estimate.rs` | per-example PLD estimates (not a guarantee) from cached level spectra |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
@@ -31,6 +33,7 @@ mod commands;
 mod data_dependent;
 mod dataset;
 mod error;
+mod estimate;
 mod recovery;
 mod releases;
 

@@ -64,6 +64,7 @@
 //! | §6 release charges to every example | `dataset/releases.rs` |
 //! | §7 individual filter | `filter.rs` (order, budget, queue), `dataset/retirement.rs` (retiring examples) |
 //! | §8 PLD worst case and per-example `min(RDP_i, PLD worst)` | `pld_events.rs` (the history as PLD events), `bounds.rs` (the minimum and its label); the cache sits on `engine::Dataset` |
+//! | §8 per-example PLD estimate (not a guarantee) | `dataset/levels.rs` (steps per segment and level), `estimate.rs` (served types); composed from cached spectra in `engine/estimate.rs` |
 //!
 //! The `Ledger` itself is split by job under `dataset/`: `mod.rs` (the struct,
 //! creation, accessors), `columns.rs` (per-example columns and memory), `step.rs`
@@ -76,6 +77,7 @@ mod config;
 mod convert;
 mod dataset;
 mod error;
+pub mod estimate;
 mod filter;
 mod pld_events;
 mod prefix;
@@ -84,8 +86,11 @@ pub mod replay;
 
 pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 pub use config::{Clipping, DatasetConfig, IndividualBudget, Sampling, MAX_EXAMPLES, MAX_ORDERS};
-pub use dataset::{Ledger, MAX_PARTS, RETRY_WINDOW};
+pub use dataset::{
+    Ledger, LevelCount, LevelHistory, SegmentParams, MAX_PARTS, MAX_SEGMENTS, RETRY_WINDOW,
+};
 pub use error::{ErrorKind, LedgerError};
+pub use estimate::{EstimateInput, LevelSteps, PldEstimate};
 pub use filter::FILTER_MARGIN;
 pub use protocol::{
     Bound, ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus, RefreshOutcome,

@@ -123,6 +123,12 @@ impl PldHistory {
         Some(out)
     }
 
+    /// The release events alone (every example is charged each of them), or
+    /// `None` when a release could not be described.
+    pub(crate) fn release_events(&self) -> Option<Vec<PldEvent>> {
+        (!self.incomplete).then(|| self.releases.clone())
+    }
+
     /// Heap bytes held.
     pub(crate) fn bytes(&self) -> usize {
         (self.steps.capacity() + self.releases.capacity()) * std::mem::size_of::<PldEvent>()

@@ -105,6 +105,15 @@ def test_steps_thresholds_refresh_privacy(server, admin: Client, new_id):
     assert classic > p.example.epsilon  # the improved conversion is tighter
     wc = admin.worst_case(ds, delta=1e-3)
     assert wc.steps == 2 and wc.epsilon < p.worst_case.epsilon
+    # The PLD estimate: typed, labelled not a guarantee, beside the unchanged guarantee.
+    assert p.pld_estimate is None
+    est = admin.example_privacy(ds, 7, delta=1e-5, method="pld_estimate")
+    assert est.example == p.example
+    assert est.pld_estimate is not None and est.pld_estimate.guarantee is False
+    assert [(lv.threshold, lv.steps) for lv in est.pld_estimate.levels] == [(0.31, 2)]
+    assert 0 < est.pld_estimate.epsilon and est.pld_estimate.steps == 2
+    with pytest.raises(BadRequest, match="method"):
+        admin.example_privacy(ds, 7, method="pld")
 
 
 def test_accountant_endpoints(server, admin: Client):

@@ -513,6 +513,30 @@ impl Client {
         .await
     }
 
+    /// `GET /v1/datasets/{d}/examples/{i}/privacy?method=pld_estimate` (admin,
+    /// curator, owner of `i`): as [`Client::example_privacy`], plus the example's
+    /// PLD estimate over its actual thresholds in [`PrivacyView::pld_estimate`]:
+    /// an estimate (not a proven bound), never mixed into `example.epsilon`.
+    pub async fn example_pld_estimate(
+        &self,
+        dataset: &str,
+        example: u64,
+        query: PrivacyQuery,
+    ) -> Result<PrivacyView> {
+        check_dataset_id(dataset)?;
+        let id = example.to_string();
+        let mut pairs = query.pairs();
+        pairs.push(("method", "pld_estimate".to_string()));
+        self.json_call(
+            Method::GET,
+            &["v1", "datasets", dataset, "examples", &id, "privacy"],
+            &pairs,
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
     /// `GET /v1/datasets/{d}/worst-case` (every role of `d`): the public,
     /// data-independent accountant.
     pub async fn worst_case(&self, dataset: &str, query: PrivacyQuery) -> Result<WorstCaseBounds> {

@@ -58,7 +58,7 @@ pub use retry::RetryPolicy;
 pub use session::TrainingSession;
 pub use types::{
     Bound, Clipping, Conversion, DatasetConfig, DatasetView, ExamplePrivacy, FilterStatus, Health,
-    IndividualBudget, LedgerStatus, Part, PendingStatus, PldWorstCase, PrivacyQuery, PrivacyView,
-    RefreshOutcome, Sampling, StepOutcome, StepReport, Thresholds, WorstCase, WorstCaseBounds,
-    WorstCaseMethod,
+    IndividualBudget, LedgerStatus, LevelSteps, Part, PendingStatus, PldEstimate, PldWorstCase,
+    PrivacyQuery, PrivacyView, RefreshOutcome, Sampling, StepOutcome, StepReport, Thresholds,
+    WorstCase, WorstCaseBounds, WorstCaseMethod,
 };

@@ -453,6 +453,44 @@ pub struct PrivacyView {
     pub example: ExamplePrivacy,
     /// The data-independent accountants (PLD and RDP) at the same delta.
     pub worst_case: WorstCaseBounds,
+    /// The example's PLD estimate, only when asked for
+    /// ([`crate::Client::example_pld_estimate`]). NOT a guarantee.
+    #[serde(default)]
+    pub pld_estimate: Option<PldEstimate>,
+}
+
+/// Steps of one example at one (hyperparameter segment, grid level).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct LevelSteps {
+    /// The segment's sampling rate `q` (1 in shuffle mode: a Gaussian charge).
+    pub sampling_rate: f64,
+    /// The segment's noise multiplier `sigma`.
+    pub noise_multiplier: f64,
+    /// The threshold `v_k` the steps were charged at.
+    pub threshold: f64,
+    /// `sigma * C / v_k`: the noise multiplier of the sampled Gaussian composed.
+    pub effective_noise_multiplier: f64,
+    /// Number of steps charged there.
+    pub steps: u64,
+}
+
+/// An example's PLD epsilon over its actual history of thresholds: an
+/// estimate (`guarantee` is always false), never the example's guarantee.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PldEstimate {
+    /// The estimate's epsilon at the query's delta.
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub epsilon: f64,
+    /// Always false: PLD composition under adaptive thresholds is not proven.
+    pub guarantee: bool,
+    /// Grid spacing of the privacy loss.
+    pub value_discretization: f64,
+    /// Steps composed.
+    pub steps: u64,
+    /// Releases composed.
+    pub releases: u64,
+    /// The example's steps per (segment, level).
+    pub levels: Vec<LevelSteps>,
 }
 
 /// Liveness / readiness.

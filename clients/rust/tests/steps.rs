@@ -349,4 +349,21 @@ async fn served_epsilons_equal_a_replay_of_the_session_trace() {
         below > 0,
         "small norms give some examples less than the worst case"
     );
+    // The PLD estimate: beside the unchanged guarantee, labelled not one.
+    let plain = env
+        .admin
+        .example_privacy("t", 3, PrivacyQuery::at_delta(1e-5))
+        .await
+        .unwrap();
+    assert!(plain.pld_estimate.is_none());
+    let view = env
+        .admin
+        .example_pld_estimate("t", 3, PrivacyQuery::at_delta(1e-5))
+        .await
+        .unwrap();
+    assert_eq!(view.example, plain.example);
+    let est = view.pld_estimate.expect("asked for");
+    assert!(!est.guarantee && est.epsilon > 0.0);
+    assert_eq!(est.steps, 30);
+    assert_eq!(est.levels.iter().map(|l| l.steps).sum::<u64>(), 30);
 }

@@ -277,13 +277,39 @@ pub struct LevelCache {
     step: f64,
     size: usize,
     levels: Vec<CachedLevel>,
+    /// Events composed into every result (a dataset's releases), with counts.
+    common: Vec<(CachedLevel, u64)>,
 }
 
 impl LevelCache {
     /// Build the cache for `levels` (each `(q, sigma)`, e.g. `(q, sigma*C/v_k)`),
     /// with a domain large enough for any split of `max_steps` steps among them.
     pub fn new(levels: &[(f64, f64)], max_steps: u64, opts: &PldOptions) -> Result<Self> {
+        Self::with_common(levels, max_steps, &[], opts)
+    }
+
+    /// As [`LevelCache::new`], plus `common` events (each at its own count)
+    /// composed into every result: the releases every example of a dataset is
+    /// charged. The domain holds any split of `max_steps` among the levels
+    /// together with all of `common` (their counts are fixed, so they are not
+    /// bounded by the worst level as the steps are).
+    pub fn with_common(
+        levels: &[(f64, f64)],
+        max_steps: u64,
+        common: &[PldEvent],
+        opts: &PldOptions,
+    ) -> Result<Self> {
         let h = opts.checked_step()?;
+        let mut common_plds = Vec::with_capacity(common.len());
+        for e in common {
+            if let Some((r, a, c)) = event_plds(e, h)? {
+                common_plds.push(([r, a], c));
+            }
+        }
+        let common_mgfs: Vec<[LogMgf; 2]> = common_plds
+            .iter()
+            .map(|([r, a], _)| [LogMgf::of(r), LogMgf::of(a)])
+            .collect();
         let mut plds = Vec::with_capacity(levels.len());
         for &(q, sigma) in levels {
             validate::sampling_rate("sampling_rate", q)?;
@@ -310,7 +336,14 @@ impl LevelCache {
                 upper: pointwise_max(mgfs.iter().map(|m| &m[d].upper)),
                 lower: pointwise_max(mgfs.iter().map(|m| &m[d].lower)),
             };
-            size = size.max(plan(&[(&worst, max_steps)], h, CACHE_TAIL, None)?.size);
+            let mut parts = vec![(&worst, max_steps)];
+            parts.extend(
+                common_mgfs
+                    .iter()
+                    .zip(&common_plds)
+                    .map(|(m, (_, c))| (&m[d], *c)),
+            );
+            size = size.max(plan(&parts, h, CACHE_TAIL, None)?.size);
         }
         let levels = plds
             .iter()
@@ -320,10 +353,22 @@ impl LevelCache {
                 mgfs: m,
             })
             .collect();
+        let common = common_plds
+            .iter()
+            .zip(common_mgfs)
+            .map(|(([r, a], c), m)| {
+                let level = CachedLevel {
+                    spectra: [Spectrum::of(r, size), Spectrum::of(a, size)],
+                    mgfs: m,
+                };
+                (level, *c)
+            })
+            .collect();
         Ok(Self {
             step: h,
             size,
             levels,
+            common,
         })
     }
 
@@ -342,7 +387,14 @@ impl LevelCache {
         self.size
     }
 
-    /// The composed PLD of `count` steps at each listed level.
+    /// Grid spacing of the privacy loss the cache was built with.
+    pub fn value_discretization(&self) -> f64 {
+        self.step
+    }
+
+    /// The composed PLD of `count` steps at each listed level (and of the
+    /// common events, if any). A split of more steps than the cache was built
+    /// for may not fit its domain: that is an error, never a wrapped result.
     pub fn compose(&self, counts: &[(usize, u64)]) -> Result<ComposedPld> {
         for &(i, _) in counts {
             if i >= self.levels.len() {
@@ -354,15 +406,13 @@ impl LevelCache {
         }
         let mut out = Vec::with_capacity(2);
         for d in 0..2 {
-            let mgfs: Vec<(&LogMgf, u64)> = counts
+            let all = counts
                 .iter()
-                .map(|&(i, c)| (&self.levels[i].mgfs[d], c))
-                .collect();
+                .map(|&(i, c)| (&self.levels[i], c))
+                .chain(self.common.iter().map(|(l, c)| (l, *c)));
+            let mgfs: Vec<(&LogMgf, u64)> = all.clone().map(|(l, c)| (&l.mgfs[d], c)).collect();
             let window = plan(&mgfs, self.step, CACHE_TAIL, Some(self.size))?;
-            let parts: Vec<(&Spectrum, u64)> = counts
-                .iter()
-                .map(|&(i, c)| (&self.levels[i].spectra[d], c))
-                .collect();
+            let parts: Vec<(&Spectrum, u64)> = all.map(|(l, c)| (&l.spectra[d], c)).collect();
             out.push(compose(&parts, &window, self.step));
         }
         let add = out.pop().expect("two directions");

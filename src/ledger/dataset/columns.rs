@@ -128,7 +128,8 @@ impl Ledger {
             + self.flags.capacity()
             + self.acc.capacity() * 8
             + self.release.capacity() * 8
-            + self.pld.bytes();
+            + self.pld.bytes()
+            + self.levels.bytes() as usize;
         bytes += match &self.accrual {
             Accrual::Poisson(p) => p.bytes(),
             Accrual::Shuffle(s) => s.bytes(),

@@ -38,8 +38,10 @@
 //! | `retirement.rs` | the individual filter applied to examples (spec §7) |
 //! | `releases.rs` | release charges to every example (spec §6) |
 //! | `query.rs` | per-example privacy, the worst case (§4), thresholds, epsilons, status |
+//! | `levels.rs` | each example's steps per (segment, grid level), for its PLD estimate (§8) |
 
 mod columns;
+mod levels;
 mod parts;
 mod query;
 mod releases;
@@ -47,6 +49,7 @@ mod retirement;
 mod shuffle;
 mod step;
 
+pub use levels::{LevelCount, LevelHistory, SegmentParams, MAX_SEGMENTS};
 pub use parts::{MAX_PARTS, RETRY_WINDOW};
 
 use self::columns::{try_filled, ALL_TOP};
@@ -81,6 +84,13 @@ struct StepParams {
 enum Accrual {
     Poisson(PrefixSums),
     Shuffle(ShuffleState),
+}
+
+/// Which accrual a ledger uses (before its state exists).
+#[derive(Clone, Copy)]
+enum AccrualKind {
+    Poisson,
+    Shuffle,
 }
 
 /// The per-example privacy ledger of one dataset (one training run).
@@ -121,6 +131,8 @@ pub struct Ledger {
     over_budget: u64,
     /// Steps and releases as PLD events (spec §8 worst case).
     pld: PldHistory,
+    /// Each example's steps per (segment, grid level), for its PLD estimate (§8).
+    levels: LevelHistory,
 }
 
 impl Ledger {
@@ -139,6 +151,10 @@ impl Ledger {
             .ok_or_else(|| LedgerError::invalid("examples", "examples × orders is too large"))?;
         let top = grid.top();
         let sigma = config.noise_multiplier;
+        let accrual_kind = match config.sampling {
+            Sampling::Poisson { .. } => AccrualKind::Poisson,
+            Sampling::Shuffle { .. } => AccrualKind::Shuffle,
+        };
         let (accrual, current, default_rate, initial_flags) = match config.sampling {
             Sampling::Poisson { rate } => {
                 let mechanism = StepMechanism::Poisson { q: rate, sigma };
@@ -185,6 +201,7 @@ impl Ledger {
             retired: 0,
             over_budget: 0,
             pld: PldHistory::default(),
+            levels: LevelHistory::new(n, matches!(accrual_kind, AccrualKind::Poisson))?,
             orders,
             config,
         };
@@ -233,6 +250,12 @@ impl Ledger {
     /// Number of examples.
     pub fn examples(&self) -> u64 {
         self.n as u64
+    }
+
+    /// Each example's steps per (segment, grid level), for PLD estimates (§8);
+    /// part of the ledger's state (a snapshot must carry it).
+    pub fn level_history(&self) -> &LevelHistory {
+        &self.levels
     }
 
     /// The step the ledger accepts next (= the number of steps applied).

@@ -10,6 +10,7 @@ use crate::accounting::validate;
 use crate::ledger::config::Clipping;
 use crate::ledger::convert::Converter;
 use crate::ledger::error::LedgerError;
+use crate::ledger::estimate::{EstimateInput, LevelSteps};
 use crate::ledger::protocol::{
     Bound, ExamplePrivacy, FilterStatus, LedgerStatus, PendingStatus, WorstCase,
 };
@@ -81,6 +82,47 @@ impl Ledger {
             threshold: self.grid.value(self.bucket[i]),
             guarantee: self.config.clipping == Clipping::PerExample,
         })
+    }
+
+    /// What example `id`'s PLD estimate composes (spec §8): its steps per
+    /// (segment, grid level) and the releases. `O(levels visited)`. The inner
+    /// `Err` says why no estimate exists for this dataset (a release without a
+    /// PLD description, or too many distinct hyperparameters).
+    pub fn estimate_input(&self, id: u64) -> Result<Result<EstimateInput, String>, LedgerError> {
+        let i = self.check_id(id)?;
+        let Some(release_events) = self.pld.release_events() else {
+            return Ok(Err(
+                "a release without a PLD description was charged to every example".into(),
+            ));
+        };
+        let now = self.next_step;
+        let Some(counts) = self.levels.example_counts(i, self.bucket[i], now) else {
+            let why = self.levels.unavailable().unwrap_or("no level history");
+            return Ok(Err(why.to_string()));
+        };
+        let segments = self.levels.segments();
+        let c = self.grid.max_norm();
+        let levels = counts
+            .iter()
+            .map(|n| {
+                let s = segments[n.segment as usize];
+                let threshold = self.grid.value(n.level);
+                LevelSteps {
+                    sampling_rate: s.sampling_rate,
+                    noise_multiplier: s.noise_multiplier,
+                    threshold,
+                    effective_noise_multiplier: s.noise_multiplier * c / threshold,
+                    steps: n.steps,
+                }
+            })
+            .collect();
+        Ok(Ok(EstimateInput {
+            levels,
+            release_events,
+            releases: self.releases,
+            dataset_steps: now,
+            grid: self.grid,
+        }))
     }
 
     /// Steps and releases as PLD events for the PLD worst case (spec §8), or

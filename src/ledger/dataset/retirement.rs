@@ -62,6 +62,7 @@ impl Ledger {
                 prefix.add_difference(self.since[i], now, self.bucket[i], acc);
             }
             self.since[i] = now;
+            self.levels.close_run(i, self.bucket[i], now);
         }
         self.bucket[i] = 0;
         self.flags[i] = (self.flags[i] & !ALL_TOP) | RETIRED;

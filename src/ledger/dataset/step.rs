@@ -4,6 +4,7 @@
 //! thresholds; refreshes (§3.5); and compaction of the prefix-sum segments.
 
 use super::columns::{prefetch, prefetch_example, ALL_TOP, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
+use super::levels::SegmentParams;
 use super::{table_cache, Accrual, Ledger, StepParams};
 use crate::accounting::table::StepMechanism;
 use crate::accounting::validate;
@@ -192,6 +193,13 @@ impl Ledger {
         };
         self.pld
             .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
+        let segment = SegmentParams::of(params.mechanism);
+        let shuffle_segment = if poisson {
+            self.levels.begin_poisson_step(t, segment);
+            None
+        } else {
+            self.levels.shuffle_segment(segment)
+        };
         let seg_start = prefix.map_or(0, |p| p.current().start);
         // The filter's value of an example still charged only at the top bucket.
         let top_value = match (&checks, prefix) {
@@ -203,6 +211,7 @@ impl Ledger {
                 if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
                     let ahead = ahead as usize;
                     prefetch_example(&self.flags, &self.bucket, &self.since, &self.acc, m, ahead);
+                    self.levels.prefetch(ahead);
                     if let Some(f) = checks.as_deref() {
                         prefetch(&f.predicted, ahead);
                     }
@@ -215,6 +224,17 @@ impl Ledger {
                 let b = self.bucket[i];
                 let kg = self.grid.bucket_of(g);
                 let kmin = b.min(kg);
+                if poisson {
+                    // The open run at `b` ends when the bucket moves: before step
+                    // t when it moves down (t is charged at kg), after it when up.
+                    if kg < b {
+                        self.levels.close_run(i, b, t);
+                    } else if kg > b {
+                        self.levels.close_run(i, b, now);
+                    }
+                } else if let Some(s) = shuffle_segment {
+                    self.levels.charge(i, s, kmin);
+                }
                 let acc = &mut self.acc[i * m..(i + 1) * m];
                 let charge = table.row(kmin);
                 let mut still_top = false;
@@ -313,6 +333,7 @@ impl Ledger {
                     prefix.add_difference(self.since[i], now, b, acc);
                 }
                 self.since[i] = now;
+                self.levels.close_run(i, b, now);
             }
             self.bucket[i] = kg;
         }

@@ -438,12 +438,17 @@ class Client:
         *,
         delta: Optional[float] = None,
         conversion: Optional[str] = None,
+        method: Optional[str] = None,
     ) -> PrivacyView:
-        """One example's epsilon next to the worst case (admin, curator, owner)."""
+        """One example's epsilon next to the worst case (admin, curator, owner).
+
+        ``method="pld_estimate"`` adds ``pld_estimate``: the example's PLD epsilon
+        over its actual thresholds, an estimate (``guarantee`` False), never its
+        guarantee (``example.epsilon``)."""
         return self._call(
             "example_privacy",
             path_params={"dataset": dataset, "example": int(example)},
-            params={"delta": _query_float(delta), "conversion": conversion},
+            params={"delta": _query_float(delta), "conversion": conversion, "method": method},
         )
 
     def worst_case(

@@ -42,6 +42,8 @@ __all__ = [
     "RefreshOutcome",
     "ExamplePrivacy",
     "PrivacyView",
+    "LevelSteps",
+    "PldEstimate",
     "RdpRequest",
     "RdpResponse",
     "EpsilonRequest",
@@ -328,11 +330,38 @@ class ExamplePrivacy:
 
 
 @dataclass
+class LevelSteps:
+    """Steps of one example at one (hyperparameter segment, grid level)."""
+
+    __schema__: ClassVar[str] = "LevelSteps"
+    sampling_rate: float
+    noise_multiplier: float
+    threshold: float
+    effective_noise_multiplier: float
+    steps: int
+
+
+@dataclass
+class PldEstimate:
+    """An example's PLD epsilon over its actual thresholds: an estimate
+    (``guarantee`` is always False), never the example's guarantee."""
+
+    __schema__: ClassVar[str] = "PldEstimate"
+    epsilon: float
+    guarantee: bool
+    value_discretization: float
+    steps: int
+    releases: int
+    levels: List[LevelSteps]
+
+
+@dataclass
 class PrivacyView:
     __schema__: ClassVar[str] = "PrivacyView"
     delta: float
     example: ExamplePrivacy
     worst_case: WorstCaseBounds
+    pld_estimate: Optional[PldEstimate] = None
 
 
 # --- accountant -------------------------------------------------------------

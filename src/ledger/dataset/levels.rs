@@ -1,0 +1,353 @@
+//! Each example's count of steps per (hyperparameter segment, grid level): the
+//! input of its PLD estimate (spec §8, issue 14 item 4).
+//!
+//! # What is counted
+//! Step `t` charges example `i` at grid level `k` (spec §3.3): its bucket `b_i`
+//! when it is not in the batch, `min(b_i, bucket(g_i))` when it is. The estimate
+//! composes, per distinct `(q, sigma)` (a *segment*) and level `k > 0`, the PLD of
+//! `SGM(q, sigma*C/v_k)` raised to the number of such steps. Level 0 costs nothing
+//! and is not counted. Shuffle mode charges only at processing, one Gaussian
+//! (`q = 1`) at the processed level.
+//!
+//! # Representation: open run + sparse closed counts
+//! Between two changes of `b_i` every step charges `i` at `b_i` (a report with
+//! `bucket(g_i) = b_i` is charged there too), so in Poisson mode the counts
+//! change only when the bucket changes, as the RDP accrual (`prefix.rs`). Per
+//! example we keep
+//! - `run_start[i]`: the first step of its *open run* at `b_i` (8 bytes), and
+//! - `counts[i]`: the closed runs as a sparse list of packed
+//!   `(segment, level) -> count` entries (8 bytes each, one per distinct pair
+//!   visited; empty, without allocation, for an example never moved off `C`).
+//!
+//! A report that moves the bucket closes the open run: `[run_start, t)` when the
+//! new bucket is lower (step `t` itself is charged at the new level), `[run_start,
+//! t + 1)` when it is higher (step `t` was charged at the old one). The run is
+//! split over the dataset's segment runs (`runs`, one entry per change of
+//! hyperparameters), usually one. A report that keeps the bucket costs nothing,
+//! so a step stays `O(batch)`. The list is bounded by segments × levels visited,
+//! not by the number of steps or reports.
+//!
+//! Queries add the open run `[run_start, now)` at the current bucket to the
+//! closed counts. A retired example's bucket is 0, so its open run counts nothing.
+//!
+//! # Limits (fail closed)
+//! A packed entry holds a 32-bit count (larger counts spill into repeated
+//! entries, which queries sum), a 17-bit level (the grid has at most 100,000
+//! buckets) and a 15-bit segment. Past 32,767 distinct segments the estimate is
+//! withdrawn for the dataset (`unavailable` says why), never silently truncated.
+//!
+//! Serialisable (serde) so that ledger snapshots can carry it verbatim.
+
+use serde::{Deserialize, Serialize};
+
+/// Bits of a packed entry's key given to the level.
+const LEVEL_BITS: u32 = 17;
+/// Most distinct segments a dataset may have for its estimates.
+pub const MAX_SEGMENTS: usize = 1 << (32 - LEVEL_BITS);
+/// Allocator overhead counted per non-empty list (header and rounding).
+const ALLOCATION_OVERHEAD: u64 = 16;
+
+/// One distinct setting of the hyperparameters that a PLD level depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SegmentParams {
+    /// Poisson sampling rate (1 in shuffle mode: a Gaussian charge).
+    pub sampling_rate: f64,
+    /// Noise multiplier `sigma` (noise std `sigma * C`).
+    pub noise_multiplier: f64,
+}
+
+impl SegmentParams {
+    /// The parameters of a step's mechanism (a shuffled step is a Gaussian, `q = 1`).
+    pub(crate) fn of(mechanism: crate::accounting::table::StepMechanism) -> Self {
+        use crate::accounting::table::StepMechanism;
+        match mechanism {
+            StepMechanism::Poisson { q, sigma } => Self {
+                sampling_rate: q,
+                noise_multiplier: sigma,
+            },
+            StepMechanism::Gaussian { sigma } => Self {
+                sampling_rate: 1.0,
+                noise_multiplier: sigma,
+            },
+        }
+    }
+}
+
+/// A count of steps at one (segment, level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LevelCount {
+    /// Index into [`LevelHistory::segments`].
+    pub segment: u32,
+    /// Grid level `k > 0` (threshold `v_k`).
+    pub level: u32,
+    /// Number of steps charged there.
+    pub steps: u64,
+}
+
+/// Per-example counts of steps per (segment, level); see the module docs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LevelHistory {
+    /// Distinct hyperparameters seen, indexed by segment id.
+    segments: Vec<SegmentParams>,
+    /// Poisson: `(first step, segment id)` of each run of equal hyperparameters.
+    runs: Vec<(u64, u32)>,
+    /// Poisson: per example, the first step of its open run at its bucket
+    /// (empty in shuffle mode).
+    run_start: Vec<u64>,
+    /// Per example, packed closed counts: `(segment << 17 | level) << 32 | count`.
+    counts: Vec<Box<[u64]>>,
+    /// Entries held over all examples (memory accounting).
+    entries: u64,
+    /// Examples with a non-empty list (memory accounting).
+    lists: u64,
+    /// Why estimates are withdrawn for this dataset, if they are.
+    unavailable: Option<String>,
+}
+
+fn key(segment: u32, level: u32) -> u64 {
+    (((segment as u64) << LEVEL_BITS) | level as u64) << 32
+}
+
+impl LevelHistory {
+    /// The history of `n` examples. `poisson`: every example starts an open run at
+    /// step 0 (at its initial bucket `C`); shuffle mode keeps no runs.
+    pub(crate) fn new(n: usize, poisson: bool) -> Result<Self, crate::ledger::LedgerError> {
+        use super::columns::try_filled;
+        Ok(Self {
+            run_start: if poisson {
+                try_filled(n, 0u64)?
+            } else {
+                Vec::new()
+            },
+            counts: try_filled(n, Box::<[u64]>::default())?,
+            ..Self::default()
+        })
+    }
+
+    /// The distinct hyperparameters, by segment id.
+    pub fn segments(&self) -> &[SegmentParams] {
+        &self.segments
+    }
+
+    /// Why no estimate can be given for this dataset, if none can.
+    pub fn unavailable(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    /// The segment id of `params`, registering it if new (`None` past the limit).
+    fn segment_of(&mut self, params: SegmentParams) -> Option<u32> {
+        if let Some(s) = self.segments.iter().rposition(|p| *p == params) {
+            return Some(s as u32);
+        }
+        if self.segments.len() >= MAX_SEGMENTS {
+            self.unavailable = Some(format!(
+                "more than {MAX_SEGMENTS} distinct (sampling_rate, noise_multiplier) settings: \
+                 the per-example PLD estimate is not kept for this dataset"
+            ));
+            return None;
+        }
+        self.segments.push(params);
+        Some(self.segments.len() as u32 - 1)
+    }
+
+    /// Step `t` (Poisson) uses `params`: extend the current run or start one.
+    pub(crate) fn begin_poisson_step(&mut self, t: u64, params: SegmentParams) {
+        if let Some(&(_, s)) = self.runs.last() {
+            if self.segments[s as usize] == params {
+                return;
+            }
+        }
+        if let Some(s) = self.segment_of(params) {
+            match self.runs.last_mut() {
+                Some(last) if last.0 >= t => last.1 = s, // no step of it applied
+                _ => self.runs.push((t, s)),
+            }
+        }
+    }
+
+    /// The segment id shuffle step with `params` charges at (`None`: withdrawn).
+    pub(crate) fn shuffle_segment(&mut self, params: SegmentParams) -> Option<u32> {
+        self.segment_of(params)
+    }
+
+    /// Poisson: example `i` leaves bucket `level`; its open run ends before step
+    /// `end` and the next one starts there.
+    #[inline]
+    pub(crate) fn close_run(&mut self, i: usize, level: u32, end: u64) {
+        let start = std::mem::replace(&mut self.run_start[i], end);
+        if level == 0 || end <= start || self.unavailable.is_some() {
+            return;
+        }
+        let mut r = self.runs.partition_point(|run| run.0 <= start).max(1) - 1;
+        while let Some(&(run_start, segment)) = self.runs.get(r) {
+            if run_start >= end {
+                break;
+            }
+            let run_end = self.runs.get(r + 1).map_or(u64::MAX, |n| n.0);
+            let steps = end.min(run_end) - start.max(run_start);
+            self.add(i, segment, level, steps);
+            r += 1;
+        }
+    }
+
+    /// Shuffle: example `i` was processed at `level` in segment `segment`.
+    #[inline]
+    pub(crate) fn charge(&mut self, i: usize, segment: u32, level: u32) {
+        if level > 0 && self.unavailable.is_none() {
+            self.add(i, segment, level, 1);
+        }
+    }
+
+    /// Add `steps` at `(segment, level)` to example `i`'s closed counts.
+    fn add(&mut self, i: usize, segment: u32, level: u32, mut steps: u64) {
+        let k = key(segment, level);
+        let list = &mut self.counts[i];
+        for e in list.iter_mut() {
+            if *e & !0xFFFF_FFFF == k {
+                let room = 0xFFFF_FFFF - (*e & 0xFFFF_FFFF);
+                let take = room.min(steps);
+                *e += take;
+                steps -= take;
+                if steps == 0 {
+                    return;
+                }
+            }
+        }
+        // A new pair (or a full count): grow the list by exactly what is needed.
+        let mut v = std::mem::take(list).into_vec();
+        if v.is_empty() {
+            self.lists += 1;
+        }
+        let extra = steps.div_ceil(0xFFFF_FFFF) as usize;
+        v.reserve_exact(extra);
+        while steps > 0 {
+            let take = steps.min(0xFFFF_FFFF);
+            v.push(k | take);
+            steps -= take;
+        }
+        self.entries += extra as u64;
+        *list = v.into_boxed_slice();
+    }
+
+    /// Example `i`'s counts at step `now`, one per (segment, level), sorted:
+    /// the closed counts plus (Poisson) its open run `[run_start, now)` at
+    /// `bucket`. `None` when the estimate is withdrawn for the dataset.
+    pub fn example_counts(&self, i: usize, bucket: u32, now: u64) -> Option<Vec<LevelCount>> {
+        if self.unavailable.is_some() {
+            return None;
+        }
+        let mut out: Vec<LevelCount> = self.counts[i]
+            .iter()
+            .map(|&e| LevelCount {
+                segment: (e >> (32 + LEVEL_BITS)) as u32,
+                level: ((e >> 32) & ((1 << LEVEL_BITS) - 1)) as u32,
+                steps: e & 0xFFFF_FFFF,
+            })
+            .collect();
+        if let Some(&start) = self.run_start.get(i) {
+            if bucket > 0 && start < now {
+                let mut r = self.runs.partition_point(|run| run.0 <= start).max(1) - 1;
+                while let Some(&(run_start, segment)) = self.runs.get(r) {
+                    if run_start >= now {
+                        break;
+                    }
+                    let run_end = self.runs.get(r + 1).map_or(u64::MAX, |n| n.0);
+                    out.push(LevelCount {
+                        segment,
+                        level: bucket,
+                        steps: now.min(run_end) - start.max(run_start),
+                    });
+                    r += 1;
+                }
+            }
+        }
+        out.sort_unstable_by_key(|c| (c.segment, c.level));
+        out.dedup_by(|later, kept| {
+            let same = (later.segment, later.level) == (kept.segment, kept.level);
+            if same {
+                kept.steps += later.steps;
+            }
+            same
+        });
+        out.retain(|c| c.steps > 0);
+        Some(out)
+    }
+
+    /// Heap bytes held (allocator overhead of the per-example lists included).
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.run_start.capacity() * 8
+            + self.counts.capacity() * std::mem::size_of::<Box<[u64]>>()
+            + self.runs.capacity() * 16
+            + self.segments.capacity() * std::mem::size_of::<SegmentParams>()) as u64
+            + self.entries * 8
+            + self.lists * ALLOCATION_OVERHEAD
+    }
+
+    /// Prefetch example `i`'s run start and list header (the step loop).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, i: usize) {
+        super::columns::prefetch(&self.run_start, i);
+        super::columns::prefetch(&self.counts, i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(q: f64, sigma: f64) -> SegmentParams {
+        SegmentParams {
+            sampling_rate: q,
+            noise_multiplier: sigma,
+        }
+    }
+
+    #[test]
+    fn runs_split_over_segments_and_counts_merge() {
+        let mut h = LevelHistory::new(2, true).unwrap();
+        let (a, b) = (p(0.1, 1.0), p(0.1, 2.0));
+        for t in 0..10 {
+            h.begin_poisson_step(t, if (3..6).contains(&t) { b } else { a });
+        }
+        // Example 0 at level 100 for steps 0..7, then level 40 from step 7 on.
+        h.close_run(0, 100, 7);
+        let c = h.example_counts(0, 40, 10).unwrap();
+        let got: Vec<(u32, u32, u64)> = c.iter().map(|c| (c.segment, c.level, c.steps)).collect();
+        assert_eq!(got, vec![(0, 40, 3), (0, 100, 4), (1, 100, 3)]);
+        // Back to 100 at step 9: level 40 for 7..9 merges with nothing yet.
+        h.close_run(0, 40, 9);
+        h.close_run(0, 100, 10);
+        let got: Vec<(u32, u32, u64)> = h
+            .example_counts(0, 7, 10)
+            .unwrap()
+            .iter()
+            .map(|c| (c.segment, c.level, c.steps))
+            .collect();
+        assert_eq!(got, vec![(0, 40, 2), (0, 100, 5), (1, 100, 3)]);
+        // Untouched example: its open run only.
+        let got = h.example_counts(1, 100, 10).unwrap();
+        assert_eq!(got.iter().map(|c| c.steps).sum::<u64>(), 10);
+        assert_eq!(h.entries, 3);
+    }
+
+    #[test]
+    fn huge_counts_spill_into_repeated_entries() {
+        let mut h = LevelHistory::new(1, false).unwrap();
+        let s = h.shuffle_segment(p(1.0, 1.0)).unwrap();
+        h.add(0, s, 5, 0xFFFF_FFFF + 10);
+        h.add(0, s, 5, 3);
+        let c = h.example_counts(0, 5, 0).unwrap();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].steps, 0xFFFF_FFFF + 13);
+    }
+
+    #[test]
+    fn too_many_segments_withdraw_the_estimate() {
+        let mut h = LevelHistory::new(1, true).unwrap();
+        for t in 0..=MAX_SEGMENTS as u64 {
+            h.begin_poisson_step(t, p(0.1, 1.0 + t as f64));
+        }
+        assert!(h.unavailable().is_some());
+        assert!(h.example_counts(0, 3, 10).is_none());
+    }
+}
