@@ -1393,7 +1393,10 @@ fn memory_stays_below_700_bytes_per_example() {
     // 526 bytes before the per-example PLD level history (issue 14: at most +50%);
     // a fresh example's history costs its run start and an empty list header.
     let plain_per_example = plain.memory_bytes() as f64 / n as f64;
-    assert!(plain_per_example < 600.0, "{plain_per_example} bytes per example");
+    assert!(
+        plain_per_example < 600.0,
+        "{plain_per_example} bytes per example"
+    );
 }
 
 #[test]
