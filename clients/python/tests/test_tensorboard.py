@@ -4,13 +4,13 @@ tensorboard package's own event reader, equal to what the API answers."""
 from __future__ import annotations
 
 import pytest
+import tensorboardX  # noqa: F401  (the writer's backend; a missing one fails the test)
 from dpledger import QuantilesRequest
 from dpledger.tensorboard import log_privacy, open_writer
 
 from conftest import poisson_config
 
-pytest.importorskip("tensorboardX")
-event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+from tensorboard.backend.event_processing import event_accumulator
 
 
 def read_scalars(logdir) -> dict:
@@ -52,8 +52,7 @@ def test_scalars_round_trip(admin, new_id, tmp_path):
 
 
 def test_ledger_run_writes_to_a_log_directory(admin, new_id, tmp_path):
-    pytest.importorskip("torch")
-    from dpledger.opacus import LedgerRun
+    from dpledger.opacus import LedgerRun  # needs torch: scripts/test-python's venv has it
 
     ds = new_id()
     admin.create_dataset(ds, poisson_config(10, q=0.5))
