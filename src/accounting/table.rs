@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// What one step charges an example whose clipped norm is `v_k`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StepMechanism {
     /// Poisson sampling at rate `q`, Gaussian noise `sigma · C`.
     Poisson {
@@ -99,6 +99,11 @@ impl RdpTable {
         &self.values[start..start + self.orders]
     }
 
+    /// Bytes the table's values take on the heap.
+    pub fn bytes(&self) -> usize {
+        self.values.len() * std::mem::size_of::<f64>() + std::mem::size_of::<Self>()
+    }
+
     /// Number of buckets.
     pub fn buckets(&self) -> usize {
         self.values.len() / self.orders.max(1)
@@ -117,6 +122,11 @@ struct TableKey {
 }
 
 impl TableKey {
+    /// Bytes the key takes (the orders on the heap included).
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.orders.len() * std::mem::size_of::<u64>()
+    }
+
     fn new(grid: &BucketGrid, mechanism: StepMechanism, orders: &[f64]) -> Self {
         let (kind, q, sigma) = match mechanism {
             StepMechanism::Poisson { q, sigma } => (0, q, sigma),
@@ -133,19 +143,119 @@ impl TableKey {
     }
 }
 
-/// A process-wide cache of tables, so each configuration is computed once.
-#[derive(Debug, Default)]
+/// Default bound of a [`TableCache`]: 64 MiB, e.g. 128 tables of 1001 buckets at 64
+/// orders or 1280 of 101 buckets. A ledger keeps its own tables alive, so the
+/// bound only decides how often a configuration seen before is recomputed.
+pub const DEFAULT_TABLE_CACHE_BYTES: usize = 64 << 20;
+
+/// What a [`TableCache`] holds and has done, for metrics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableCacheStats {
+    /// Tables held.
+    pub tables: usize,
+    /// Bytes they take (values and keys), never above `bound`.
+    pub bytes: usize,
+    /// The bound in bytes.
+    pub bound: usize,
+    /// Tables dropped to stay within the bound, since the cache was created.
+    pub evictions: u64,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that computed a table.
+    pub misses: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    table: Arc<RdpTable>,
+    bytes: usize,
+    /// Tick of the latest lookup: the least recently used entry goes first.
+    used: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tables: HashMap<TableKey, Entry>,
+    bound: usize,
+    bytes: usize,
+    tick: u64,
+    evictions: u64,
+    hits: u64,
+    misses: u64,
+}
+
+impl Inner {
+    /// Drop least recently used tables until `extra` more bytes fit the bound.
+    /// `O(entries)` per eviction, paid only on a miss (which computes a table,
+    /// far more work than the scan).
+    fn make_room(&mut self, extra: usize) {
+        while self.bytes + extra > self.bound {
+            let Some(oldest) = self
+                .tables
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = self.tables.remove(&oldest) {
+                self.bytes -= e.bytes;
+                self.evictions += 1;
+            }
+        }
+    }
+}
+
+/// A process-wide cache of tables, so each configuration is computed once while
+/// it is in use, bounded in bytes with least-recently-used eviction.
+///
+/// Why a bound: a schedule that changes the noise multiplier at every step asks
+/// for a new table at every step, and an unbounded cache would grow for ever.
+/// Evicting never invalidates a ledger: ledgers hold their own `Arc<RdpTable>`
+/// (in their prefix-sum segments), and a table computed again is bit-identical
+/// (its computation is deterministic), so eviction changes only speed.
+#[derive(Debug)]
 pub struct TableCache {
-    tables: Mutex<HashMap<TableKey, Arc<RdpTable>>>,
+    inner: Mutex<Inner>,
+}
+
+impl Default for TableCache {
+    fn default() -> Self {
+        Self::with_bound(DEFAULT_TABLE_CACHE_BYTES)
+    }
 }
 
 impl TableCache {
-    /// An empty cache.
+    /// An empty cache with the default bound.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The table for this configuration, computing it on first use.
+    /// An empty cache holding at most `bound` bytes of tables.
+    pub fn with_bound(bound: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                tables: HashMap::new(),
+                bound,
+                bytes: 0,
+                tick: 0,
+                evictions: 0,
+                hits: 0,
+                misses: 0,
+            }),
+        }
+    }
+
+    /// Change the bound, evicting at once what no longer fits.
+    pub fn set_bound(&self, bound: usize) {
+        let mut inner = self.lock();
+        inner.bound = bound;
+        inner.make_room(0);
+    }
+
+    /// The table for this configuration, computing it on first use (or after it
+    /// was evicted). A table larger than the whole bound is computed and
+    /// returned but not kept.
     ///
     /// The lock is not held while computing, so two threads may compute the same
     /// table once each; both results are identical and the first one is kept.
@@ -156,30 +266,74 @@ impl TableCache {
         orders: &[f64],
     ) -> Arc<RdpTable> {
         let key = TableKey::new(grid, mechanism, orders);
-        if let Some(t) = self.lock().get(&key) {
-            return t.clone();
+        {
+            let mut inner = self.lock();
+            inner.tick += 1;
+            let tick = inner.tick;
+            if let Some(e) = inner.tables.get_mut(&key) {
+                e.used = tick;
+                let table = e.table.clone();
+                inner.hits += 1;
+                return table;
+            }
+            inner.misses += 1;
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let table = Arc::new(RdpTable::compute_with_threads(
             grid, mechanism, orders, threads,
         ));
-        self.lock().entry(key).or_insert(table).clone()
+        let bytes = table.bytes() + key.bytes();
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        if let Some(e) = inner.tables.get_mut(&key) {
+            e.used = tick;
+            return e.table.clone();
+        }
+        if bytes > inner.bound {
+            return table;
+        }
+        inner.make_room(bytes);
+        inner.bytes += bytes;
+        inner.tables.insert(
+            key,
+            Entry {
+                table: table.clone(),
+                bytes,
+                used: tick,
+            },
+        );
+        table
     }
 
     /// Number of cached tables.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().tables.len()
     }
 
-    /// True when nothing is cached yet.
+    /// True when nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TableKey, Arc<RdpTable>>> {
-        // A panic while holding the lock cannot leave the map inconsistent (inserts
-        // are single operations), so a poisoned lock is safe to keep using.
-        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    /// Size, bound and counters.
+    pub fn stats(&self) -> TableCacheStats {
+        let inner = self.lock();
+        TableCacheStats {
+            tables: inner.tables.len(),
+            bytes: inner.bytes,
+            bound: inner.bound,
+            evictions: inner.evictions,
+            hits: inner.hits,
+            misses: inner.misses,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Every change under the lock keeps `bytes` equal to the entries' sum
+        // before it can panic (allocation failures abort), so a poisoned lock is
+        // safe to keep using.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -235,5 +389,67 @@ mod tests {
         let v = 0.5f64;
         let expected = 4.0 * v * v / (2.0 * 4.0);
         assert!((a.row(5)[1] - expected).abs() <= 1e-11 * expected);
+    }
+
+    fn gaussian(sigma: f64) -> StepMechanism {
+        StepMechanism::Gaussian { sigma }
+    }
+
+    #[test]
+    fn cache_evicts_the_least_recently_used_table() {
+        let grid = BucketGrid::new(1.0, 0.1).unwrap();
+        let orders = [2.0, 4.0];
+        // Room for exactly three tables of this shape.
+        let one = {
+            let probe = TableCache::with_bound(usize::MAX);
+            probe.get(&grid, gaussian(1.0), &orders);
+            probe.stats().bytes
+        };
+        let cache = TableCache::with_bound(3 * one);
+        let a = cache.get(&grid, gaussian(1.0), &orders);
+        let _b = cache.get(&grid, gaussian(2.0), &orders);
+        let _c = cache.get(&grid, gaussian(3.0), &orders);
+        assert_eq!(cache.stats().bytes, 3 * one);
+        // Touch a: b is now the least recently used.
+        assert!(Arc::ptr_eq(&a, &cache.get(&grid, gaussian(1.0), &orders)));
+        let _d = cache.get(&grid, gaussian(4.0), &orders);
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.tables, stats.bytes, stats.evictions),
+            (3, 3 * one, 1)
+        );
+        // a and c stayed (same Arc), b was evicted (a new computation, equal values).
+        assert!(Arc::ptr_eq(&a, &cache.get(&grid, gaussian(1.0), &orders)));
+        let misses = cache.stats().misses;
+        let _c2 = cache.get(&grid, gaussian(3.0), &orders);
+        assert_eq!(cache.stats().misses, misses, "c was evicted");
+        let b2 = cache.get(&grid, gaussian(2.0), &orders);
+        assert_eq!(cache.stats().misses, misses + 1, "b was not evicted");
+        assert_eq!(*b2, RdpTable::compute(&grid, gaussian(2.0), &orders));
+        // Bringing b back evicted the least recently used: d.
+        assert_eq!(cache.stats().evictions, 2);
+        let _d2 = cache.get(&grid, gaussian(4.0), &orders);
+        assert_eq!(cache.stats().misses, misses + 2, "d was evicted");
+    }
+
+    #[test]
+    fn cache_never_exceeds_its_bound() {
+        let grid = BucketGrid::new(1.0, 0.05).unwrap();
+        let orders = [1.5, 2.0, 8.0];
+        let cache = TableCache::with_bound(10_000);
+        for i in 0..200 {
+            let t = cache.get(&grid, gaussian(0.5 + i as f64 / 100.0), &orders);
+            assert_eq!(t.buckets(), grid.len());
+            let s = cache.stats();
+            assert!(s.bytes <= s.bound, "{s:?}");
+            assert!(s.tables >= 1);
+        }
+        assert!(cache.stats().evictions > 150);
+        // Shrinking the bound evicts at once; a table over the bound is not kept.
+        cache.set_bound(1);
+        assert_eq!(cache.stats().bytes, 0);
+        let t = cache.get(&grid, gaussian(1.0), &orders);
+        assert_eq!(*t, RdpTable::compute(&grid, gaussian(1.0), &orders));
+        assert!(cache.is_empty());
     }
 }

@@ -373,30 +373,55 @@ async fn example_privacy(
         delta: q.delta,
         conversion: q.conversion,
     };
-    let (mut view, input) = state
-        .engine
-        .with_ledger(&id, |ds, ledger| -> ApiResult<_> {
-            let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
-            let (example, worst_case) = ds.example_privacy(ledger, example, delta, conversion)?;
-            // Read the counts under the lock; compose them after releasing it.
-            let input = match method {
-                ExampleMethod::Guarantee => None,
-                ExampleMethod::PldEstimate => {
-                    Some(ledger.estimate_input(example.id)?.map_err(|why| {
-                        Problem::conflict(format!("no PLD estimate for this example: {why}"))
-                            .with_field("method")
-                    })?)
-                }
-            };
-            let view = PrivacyView {
-                delta,
-                example,
-                worst_case,
-                pld_estimate: None,
-            };
-            Ok((view, input))
-        })
-        .await?;
+    let estimate = method == ExampleMethod::PldEstimate;
+    let no_estimate = |why: String| {
+        Problem::conflict(format!("no PLD estimate for this example: {why}")).with_field("method")
+    };
+    // An archived dataset out of memory answers from the store (one block read).
+    let mut from_archive = None;
+    if let Some(archive) = state.engine.archive_to_read(&id)? {
+        let (delta, conversion) = parse_query(&q, archive.summary.config.delta)?;
+        from_archive = state
+            .engine
+            .archived_example_privacy(&id, &archive, example, delta, conversion, estimate)
+            .await?
+            .map(|(example, worst_case, input)| -> ApiResult<_> {
+                let view = PrivacyView {
+                    delta,
+                    example,
+                    worst_case,
+                    pld_estimate: None,
+                };
+                Ok((view, input.transpose().map_err(no_estimate)?))
+            })
+            .transpose()?;
+    }
+    let (mut view, input) = match from_archive {
+        Some(answer) => answer,
+        None => {
+            state
+                .engine
+                .with_ledger(&id, |ds, ledger| -> ApiResult<_> {
+                    let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
+                    let (example, worst_case) =
+                        ds.example_privacy(ledger, example, delta, conversion)?;
+                    // Read the counts under the lock; compose them after releasing it.
+                    let input = if estimate {
+                        Some(ledger.estimate_input(example.id)?.map_err(no_estimate)?)
+                    } else {
+                        None
+                    };
+                    let view = PrivacyView {
+                        delta,
+                        example,
+                        worst_case,
+                        pld_estimate: None,
+                    };
+                    Ok((view, input))
+                })
+                .await?
+        }
+    };
     if let Some(input) = input {
         view.pld_estimate = Some(state.engine.pld_estimate(&id, input, view.delta).await?);
     }

@@ -55,9 +55,22 @@ async fn metrics_endpoint(
 }
 
 /// The Prometheus text exposition (empty when metrics are not installed).
+/// The process-wide table cache's size and evictions, read when scraped (the
+/// cache lives in the ledger layer, which records no metrics itself).
+fn export_table_cache_metrics() {
+    let s = crate::ledger::table_cache().stats();
+    metrics::gauge!("dpledger_table_cache_bytes").set(s.bytes as f64);
+    metrics::gauge!("dpledger_table_cache_bound_bytes").set(s.bound as f64);
+    metrics::gauge!("dpledger_table_cache_tables").set(s.tables as f64);
+    metrics::counter!("dpledger_table_cache_evictions_total").absolute(s.evictions);
+    metrics::counter!("dpledger_table_cache_hits_total").absolute(s.hits);
+    metrics::counter!("dpledger_table_cache_misses_total").absolute(s.misses);
+}
+
 fn render_metrics(
     handle: Option<&metrics_exporter_prometheus::PrometheusHandle>,
 ) -> impl IntoResponse {
+    export_table_cache_metrics();
     let body = handle.map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

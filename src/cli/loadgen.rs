@@ -6,6 +6,9 @@
 //!   applied to an in-process ledger (no HTTP, no store).
 //! * Queries: `concurrency` threads ask for per-example privacy. Baseline: the same
 //!   number of `GET /healthz` requests at the same concurrency (pure HTTP cost).
+//! * With `--during-releases`: one stream's step latency while a curator asks
+//!   for releases back to back, against the same stream's latency without
+//!   them (`release_load.rs`).
 
 use crate::ledger::{DatasetConfig, Ledger, StepReport};
 use crate::store::codec::StepPayload;
@@ -45,9 +48,13 @@ pub struct LoadgenCmd {
     /// per-example PLD estimate); default: none sent.
     #[arg(long)]
     pub query_method: Option<String>,
+    /// Instead of the above: step latency of one stream while releases of the
+    /// dataset run back to back, against the same without releases.
+    #[arg(long)]
+    pub during_releases: bool,
 }
 
-fn agent() -> ureq::Agent {
+pub(super) fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(120))
         .max_idle_connections_per_host(256)
@@ -55,9 +62,9 @@ fn agent() -> ureq::Agent {
 }
 
 /// xorshift: a tiny deterministic generator, enough for synthetic batches.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -65,7 +72,7 @@ impl Rng {
     }
 }
 
-fn batch(rng: &mut Rng, n: u64, size: usize, step: u64) -> StepReport {
+pub(super) fn batch(rng: &mut Rng, n: u64, size: usize, step: u64) -> StepReport {
     let mut ids: Vec<u64> = Vec::with_capacity(size);
     let mut seen = std::collections::HashSet::with_capacity(size);
     while ids.len() < size.min(n as usize) {
@@ -81,7 +88,7 @@ fn batch(rng: &mut Rng, n: u64, size: usize, step: u64) -> StepReport {
     StepReport::new(step, ids, norms)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -128,6 +135,9 @@ fn latencies(
 impl LoadgenCmd {
     /// Run the load and return a text report (and JSON figures).
     pub fn run(&self) -> anyhow::Result<(serde_json::Value, String)> {
+        if self.during_releases {
+            return super::release_load::run(self);
+        }
         let config = json!({
             "examples": self.examples, "max_grad_norm": 1.0, "noise_multiplier": 1.0,
             "sampling": {"kind": "poisson", "rate": self.batch as f64 / self.examples as f64}, "delta": 1e-6,

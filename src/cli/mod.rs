@@ -4,6 +4,7 @@ pub mod accountant;
 pub mod data_dependent;
 pub mod demo;
 pub mod loadgen;
+mod release_load;
 pub mod server;
 
 use crate::accounting::InvalidArgument as accounting_error;
@@ -47,6 +48,38 @@ pub enum Command {
     Loadgen(JsonFlag<loadgen::LoadgenCmd>),
     /// Rank errors of the DP quantile methods on the issue-6 benchmark data.
     ReleaseAccuracy(JsonFlag<ReleaseAccuracyCmd>),
+    /// Drop log payloads that a verified snapshot stands in for (keeps what an
+    /// audit needs: the pinned snapshot, every later record, every checksum).
+    Compact(CompactCmd),
+}
+
+/// `dpledger compact`.
+#[derive(Debug, clap::Args)]
+pub struct CompactCmd {
+    /// `sqlite:PATH` or `postgres://...`; default `sqlite:<data-dir>/dpledger.sqlite`.
+    #[arg(long, env = "DPLEDGER_STORE")]
+    pub store: Option<String>,
+    #[command(flatten)]
+    pub data: server::DataDirArg,
+    /// Compact only this dataset (default: every dataset).
+    #[arg(long)]
+    pub dataset: Option<String>,
+}
+
+impl CompactCmd {
+    /// Compact and describe what was done (JSON).
+    pub fn run(&self) -> anyhow::Result<String> {
+        let url = self.store.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite:{}",
+                self.data.data_dir.join("dpledger.sqlite").display()
+            )
+        });
+        let store =
+            crate::store::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?;
+        let outcomes = crate::engine::compact_store(store.as_ref(), self.dataset.as_deref())?;
+        Ok(serde_json::to_string_pretty(&outcomes)? + "\n")
+    }
 }
 
 /// `dpledger release-accuracy`: both quantile methods on `B·Beta(1.5, 6)` data,
@@ -180,6 +213,12 @@ pub fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Loadgen(c) => (c.json, c.inner.run().map_err(|e| format!("{e:#}"))),
         Command::ReleaseAccuracy(c) => (c.json, c.inner.run()),
+        Command::Compact(c) => {
+            return c
+                .run()
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|text| write_stdout(&text));
+        }
     };
     let (value, text) = result?;
     let out = if json { format!("{value}\n") } else { text };

@@ -65,6 +65,36 @@ pub struct ServeCmd {
     /// needs an admin or metrics token (`dpledger token --role metrics`).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Snapshot a dataset after this many of its records (0: never by count).
+    /// A restart loads the newest snapshot and replays only the log after it.
+    #[arg(long, default_value_t = 10_000, env = "DPLEDGER_SNAPSHOT_RECORDS")]
+    pub snapshot_records: u64,
+    /// Snapshot a changed dataset whose newest snapshot is this many seconds old
+    /// (0: never by age).
+    #[arg(long, default_value_t = 300, env = "DPLEDGER_SNAPSHOT_SECONDS")]
+    pub snapshot_seconds: u64,
+    /// Snapshots kept per dataset; older ones are deleted (never the log, and
+    /// never a snapshot a compaction relies on).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_keep: u64,
+    /// Do not snapshot changed datasets at a clean shutdown (SIGINT/SIGTERM).
+    #[arg(long)]
+    pub no_snapshot_on_shutdown: bool,
+    /// Bound in bytes on the process-wide cache of per-bucket RDP tables (one
+    /// table is (buckets) x (orders) x 8 bytes; least recently used tables are
+    /// evicted beyond it). Ledgers keep the tables they use, so a smaller bound
+    /// costs only recomputation when a configuration returns.
+    #[arg(long, env = "DPLEDGER_TABLE_CACHE_BYTES",
+          default_value_t = crate::accounting::table::DEFAULT_TABLE_CACHE_BYTES)]
+    pub table_cache_bytes: usize,
+    /// Page a dataset out of memory after this many seconds without a request
+    /// touching it (0: never). It is snapshotted first if it changed, and loaded
+    /// back from the snapshot on the next request that needs it.
+    #[arg(long, default_value_t = 1800, env = "DPLEDGER_PAGE_OUT_SECONDS")]
+    pub page_out_seconds: u64,
+    /// The same for archived datasets, which are read-only and rarely read.
+    #[arg(long, default_value_t = 30, env = "DPLEDGER_PAGE_OUT_ARCHIVED_SECONDS")]
+    pub page_out_archived_seconds: u64,
 }
 
 fn parse_leeway(text: &str) -> Result<u64, String> {
@@ -221,6 +251,7 @@ impl ServeCmd {
             max_body_bytes: self.max_body_bytes,
             ..Limits::default()
         };
+        crate::ledger::table_cache().set_bound(self.table_cache_bytes);
         let metrics = install_metrics();
         let state = AppState::recover(store, auth, limits, metrics.clone())
             .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
@@ -250,9 +281,29 @@ impl ServeCmd {
                     }
                 });
             }
-            axum::serve(listener, router(Arc::new(state)))
+            let state = Arc::new(state);
+            let policy = crate::engine::SnapshotPolicy {
+                every_records: self.snapshot_records,
+                every: std::time::Duration::from_secs(self.snapshot_seconds),
+                keep: self.snapshot_keep as usize,
+            };
+            let paging = crate::engine::PagingPolicy {
+                idle: std::time::Duration::from_secs(self.page_out_seconds),
+                archived_idle: std::time::Duration::from_secs(self.page_out_archived_seconds),
+            };
+            let snapshots = {
+                let state = state.clone();
+                tokio::spawn(async move { state.engine.run_snapshot_policy(policy, paging).await })
+            };
+            axum::serve(listener, router(state.clone()))
                 .with_graceful_shutdown(shutdown_signal())
                 .await?;
+            snapshots.abort();
+            let _ = snapshots.await;
+            if !self.no_snapshot_on_shutdown {
+                let written = state.engine.snapshot_changed(policy.keep).await;
+                tracing::info!(written, "snapshots taken at shutdown");
+            }
             Ok(())
         })
     }

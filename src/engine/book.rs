@@ -93,10 +93,42 @@ pub(super) fn apply_release(
             "a release retired examples"
         );
     }
+    add_to_book(book, release);
+    Ok(())
+}
+
+/// Add a charged release to the book (its charge is already in the ledger: here
+/// after [`apply_release`] charged it, or in a snapshot's ledger).
+fn add_to_book(book: &mut ReleaseBook, release: Release) {
     book.budget.rho_spent += release.rho;
     book.budget.releases += 1;
     book.history.push(Arc::new(release));
-    Ok(())
+}
+
+/// Rebuild a release book from the records that built it (a snapshot's), by the
+/// same parsing as a replay of the log; the ledger already holds every charge.
+pub(super) fn rebuild_book(
+    ledger: &Ledger,
+    records: &[(RecordKind, Arc<[u8]>)],
+) -> Result<ReleaseBook, String> {
+    let mut book = ReleaseBook::default();
+    for (kind, payload) in records {
+        match kind {
+            RecordKind::Release => {
+                let release: Release =
+                    serde_json::from_slice(payload).map_err(|e| format!("release: {e}"))?;
+                if release.id != book.budget.releases + 1 {
+                    return Err(format!(
+                        "release {} recorded after release {}",
+                        release.id, book.budget.releases
+                    ));
+                }
+                add_to_book(&mut book, release);
+            }
+            kind => apply_setting(ledger, &mut book, *kind, payload)?,
+        }
+    }
+    Ok(book)
 }
 
 /// Apply a stored `BudgetChange`, `Labels` or `ReleasePolicy` record.

@@ -30,12 +30,31 @@ impl Dataset {
     /// The PLD worst case at `delta` (validated by the caller), from the cache
     /// or computed once (concurrent askers wait for the one computation).
     fn pld_worst_case(&self, ledger: &Ledger, delta: f64) -> Result<PldWorstCase, String> {
-        let key = (ledger.next_step(), ledger.releases(), delta.to_bits());
+        let at = (ledger.next_step(), ledger.releases());
+        self.pld_worst_case_of(at, || ledger.pld_events(), delta)
+    }
+
+    /// Whether the PLD worst case after `at = (steps, releases)` at `delta` is cached.
+    pub(super) fn pld_cached(&self, at: (u64, u64), delta: f64) -> bool {
+        let key = (at.0, at.1, delta.to_bits());
+        let cache = self.pld_cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.entries.iter().any(|(k, _)| *k == key)
+    }
+
+    /// The PLD worst case after `at = (steps, releases)` whose events `events`
+    /// gives (called only on a cache miss), from the cache or computed once.
+    pub(super) fn pld_worst_case_of(
+        &self,
+        at: (u64, u64),
+        events: impl FnOnce() -> Option<Vec<crate::accounting::pld::PldEvent>>,
+        delta: f64,
+    ) -> Result<PldWorstCase, String> {
+        let key = (at.0, at.1, delta.to_bits());
         let mut cache = self.pld_cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, v)) = cache.entries.iter().find(|(k, _)| *k == key) {
             return v.clone();
         }
-        let value = match ledger.pld_events() {
+        let value = match events() {
             Some(events) => blocking(|| pld_worst_case(&events, delta)),
             None => Err("a release without a PLD description was charged".to_string()),
         };

@@ -121,7 +121,7 @@ impl Engine {
             .iter()
             .map(|r| (r.kind, r.payload.clone()))
             .collect();
-        if let Err(e) = self.persist(records).await {
+        if let Err(e) = self.persist(&dataset, records).await {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
                 // The creation may be in the log: keep the entry only if it is.
                 let mut guard = guard;
@@ -165,7 +165,7 @@ impl Engine {
             part: Some(part.index),
             payload: payload_from_report(&report).encode(),
         };
-        match self.persist(vec![record]).await {
+        match self.persist(&ds, vec![record]).await {
             Ok(()) => {}
             Err(e @ (StoreError::Duplicate { .. } | StoreError::OutcomeUnknown { .. })) => {
                 // Memory may be behind the log (another process stored this step, or

@@ -132,8 +132,7 @@ impl Engine {
         let mut views = Vec::with_capacity(request.runs.len());
         for id in &request.runs {
             let ds = self.dataset(id)?;
-            ds.check_current()?;
-            let ledger = ds.ledger.read().await;
+            let ledger = self.read_ledger(&ds).await?;
             views.push(RunView {
                 config: ledger.config().clone(),
                 grid: *ledger.grid(),
@@ -188,8 +187,7 @@ impl Engine {
         let mut per_run = Vec::with_capacity(request.runs.len());
         for (id, view) in request.runs.iter().zip(&views) {
             let ds = self.dataset(id)?;
-            ds.check_current()?;
-            let ledger = ds.ledger.read().await;
+            let ledger = self.read_ledger(&ds).await?;
             if ledger.next_step() != view.steps {
                 return Err(EngineError::Unavailable(format!(
                     "run {id:?} took a step during the analysis: retry"

@@ -1,14 +1,29 @@
 //! One served dataset: its ledger, its release book and the flags that say
 //! whether it may change (archived) and whether memory is current with the log
-//! (stale). State derived per dataset from the log (the release book today; a
-//! worst-case accountant or snapshots tomorrow) lives here, beside the ledger,
-//! changed only under the ledger's write lock so that it stays in log order.
+//! (stale). State derived per dataset from the log (the release book, the
+//! records it was built from, the snapshot bookkeeping) lives here, beside the
+//! ledger, changed only under the ledger's write lock so that it stays in log
+//! order.
 
 use super::book::ReleaseBook;
 use super::error::EngineError;
 use crate::ledger::{Ledger, PldWorstCase};
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::store::RecordKind;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::RwLock;
+
+/// Whether records of this kind build the release book.
+pub(super) fn is_book_record(kind: RecordKind) -> bool {
+    matches!(
+        kind,
+        RecordKind::Release
+            | RecordKind::BudgetChange
+            | RecordKind::Labels
+            | RecordKind::ReleasePolicy
+    )
+}
 
 /// One dataset (training run) served by this process.
 #[derive(Debug)]
@@ -32,6 +47,62 @@ pub struct Dataset {
     /// Level spectra for per-example PLD estimates (spec §8), built on demand.
     pub(super) estimate_cache:
         std::sync::Mutex<Option<std::sync::Arc<super::estimate::EstimateCache>>>,
+    /// Sequence number of the last record of this dataset in memory (persisted,
+    /// or replayed); a snapshot is taken at it.
+    pub(super) last_seq: AtomicU64,
+    /// The records that built the release book (budget, labels, policy,
+    /// releases), as stored: a snapshot carries them so that loading it rebuilds
+    /// the book through the same parsing as a replay of the log.
+    pub(super) book_log: std::sync::Mutex<Vec<(RecordKind, Arc<[u8]>)>>,
+    /// When and at which record the newest snapshot was taken, and how many
+    /// records came since (the snapshot policy reads them).
+    pub(super) snapshot: std::sync::Mutex<SnapshotMark>,
+    /// Set while a snapshot of this dataset is being taken (one at a time).
+    pub(super) snapshot_busy: AtomicBool,
+    /// Curators' releases take turns (each holds one view of the ledger while it
+    /// computes, see `release_view.rs`).
+    pub(super) release_turn: tokio::sync::Mutex<()>,
+    /// Set while the ledger is paged out (`paging.rs`): the lock then holds a
+    /// one-example placeholder, and whoever needs the ledger loads it first.
+    pub(super) paged_out: AtomicBool,
+    /// The archive its owners are answered from once it is paged out
+    /// (archived datasets only, `archive.rs`).
+    archive: std::sync::Mutex<Option<Archive>>,
+    /// When the dataset was last read or changed, in milliseconds since
+    /// [`process_epoch`] (the paging policy reads it).
+    last_touch: AtomicU64,
+}
+
+/// A complete archive of an archived dataset in the store (`archive.rs`): the
+/// record it describes and what every answer shares.
+#[derive(Debug, Clone)]
+pub struct Archive {
+    /// The dataset's last record when it was written.
+    pub seq: u64,
+    /// What every answer shares (a few kilobytes).
+    pub summary: Arc<crate::ledger::ArchiveSummary>,
+}
+
+/// A fixed instant of this process, from which idle times are measured.
+fn process_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds since [`process_epoch`].
+fn millis_now() -> u64 {
+    process_epoch().elapsed().as_millis() as u64
+}
+
+/// The newest snapshot of a dataset, as far as this process knows.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotMark {
+    /// Its sequence number (0: none).
+    pub seq: u64,
+    /// When this process wrote or loaded it (or started, if none).
+    pub at: Instant,
+    /// Records of the dataset applied since.
+    pub records_since: u64,
 }
 
 impl Dataset {
@@ -44,7 +115,80 @@ impl Dataset {
             book: std::sync::RwLock::new(ReleaseBook::default()),
             pld_cache: std::sync::Mutex::new(PldCache::default()),
             estimate_cache: std::sync::Mutex::new(None),
+            last_seq: AtomicU64::new(0),
+            book_log: std::sync::Mutex::new(Vec::new()),
+            snapshot: std::sync::Mutex::new(SnapshotMark {
+                seq: 0,
+                at: Instant::now(),
+                records_since: 0,
+            }),
+            snapshot_busy: AtomicBool::new(false),
+            release_turn: tokio::sync::Mutex::new(()),
+            paged_out: AtomicBool::new(false),
+            last_touch: AtomicU64::new(millis_now()),
+            archive: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Note records of this dataset that are now in the log and (about to be)
+    /// applied in memory: the last one's number, and the release book's sources.
+    /// Called with the ledger's write lock held (or during recovery).
+    pub(super) fn note_records(&self, seqs: &[u64], records: &[(RecordKind, &[u8])]) {
+        if let Some(&last) = seqs.iter().max() {
+            self.last_seq.fetch_max(last, Ordering::AcqRel);
+        }
+        let mut log = self.book_log.lock().unwrap_or_else(|e| e.into_inner());
+        for (kind, payload) in records {
+            if is_book_record(*kind) {
+                log.push((*kind, Arc::from(*payload)));
+            }
+        }
+        drop(log);
+        self.snapshot_mark().records_since += seqs.len() as u64;
+    }
+
+    /// Its archive in the store, if one was written.
+    pub fn archive(&self) -> Option<Archive> {
+        self.archive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Note the archive written for it.
+    pub(super) fn set_archive(&self, archive: Archive) {
+        *self.archive.lock().unwrap_or_else(|e| e.into_inner()) = Some(archive);
+    }
+
+    /// Note a read or a change (the dataset is not idle).
+    pub(super) fn touch(&self) {
+        self.last_touch.store(millis_now(), Ordering::Relaxed);
+    }
+
+    /// How long since the dataset was last read or changed.
+    pub fn idle_for(&self) -> std::time::Duration {
+        let last = self.last_touch.load(Ordering::Relaxed);
+        std::time::Duration::from_millis(millis_now().saturating_sub(last))
+    }
+
+    /// Whether the ledger is out of memory (loaded back on the next need).
+    pub fn is_paged_out(&self) -> bool {
+        self.paged_out.load(Ordering::Acquire)
+    }
+
+    /// Drop what is cached beside the ledger (PLD worst cases, the estimate's
+    /// level spectra): it is rebuilt on demand.
+    pub(super) fn clear_caches(&self) {
+        *self.pld_cache.lock().unwrap_or_else(|e| e.into_inner()) = PldCache::default();
+        *self
+            .estimate_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The snapshot bookkeeping.
+    pub(super) fn snapshot_mark(&self) -> std::sync::MutexGuard<'_, SnapshotMark> {
+        self.snapshot.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Refuse reads while memory may be behind the log.

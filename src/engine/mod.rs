@@ -22,30 +22,43 @@
 //! | `error.rs` | the domain errors ([`EngineError`]) |
 //! | `bounds.rs` | the PLD worst case (cached) and the bounds it gives examples and releases |
 //! | `estimate.rs` | per-example PLD estimates (not a guarantee) from cached level spectra |
+//! | `snapshots.rs` | snapshot policy, taking one while steps flow, pruning, loading the newest valid one |
+//! | `snapshot_codec.rs` | a served dataset as snapshot bytes and back |
+//! | `compact.rs` | `dpledger compact`: dropping payloads a verified snapshot stands in for |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
 //! and `releases.rs`, and rebuilt record by record in `recovery.rs`.
 
+mod archive;
 mod book;
 mod bounds;
 mod commands;
+mod compact;
 mod data_dependent;
 mod dataset;
 mod error;
 mod estimate;
+mod paging;
 mod recovery;
+mod release_view;
 mod releases;
+mod snapshot_codec;
+mod snapshots;
 
+pub use archive::ArchivedAnswer;
 pub use book::{PolicyRefusal, ReleaseBook};
 pub use commands::{payload_from_report, report_from_payload, DatasetSetup};
+pub use compact::{compact_store, CompactOutcome};
 pub use data_dependent::{check_run_ids, DataDependentRequest, MAX_RUNS};
-pub use dataset::{valid_dataset_id, Dataset, PldCache};
+pub use dataset::{valid_dataset_id, Archive, Dataset, PldCache};
 pub use error::{BudgetRefusal, EngineError, EngineResult};
+pub use paging::PagingPolicy;
 pub use releases::ReleaseOutcome;
+pub use snapshots::SnapshotPolicy;
 
 use crate::ledger::Ledger;
-use crate::store::{append_async, Record, Store, StoreError};
+use crate::store::{append_async, Record, RecordKind, Store, StoreError};
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,8 +102,7 @@ impl Engine {
         f: impl FnOnce(&Dataset, &Ledger) -> Result<T, E>,
     ) -> Result<T, E> {
         let ds = self.dataset(id)?;
-        ds.check_current()?;
-        let ledger = ds.ledger.read().await;
+        let ledger = self.read_ledger(&ds).await?;
         f(&ds, &ledger)
     }
 
@@ -119,7 +131,7 @@ impl Engine {
     /// Checks made after taking a dataset's write lock, when they can no longer
     /// change under us: the dataset is still the registered one (a failed create
     /// removes it), it is not archived, and memory is current with the log
-    /// (reloading it if it may not be).
+    /// (reloading it if it may not be, or loading it if it was paged out).
     async fn locked_checks(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) -> EngineResult<()> {
         let registered = self
             .datasets
@@ -131,17 +143,30 @@ impl Engine {
         if ds.is_archived() {
             return Err(Self::archived_error(&ds.id));
         }
+        ds.touch();
         if ds.stale.load(std::sync::atomic::Ordering::Acquire) {
             self.reload_into(ds, ledger).await?;
             ds.stale.store(false, std::sync::atomic::Ordering::Release);
+            ds.paged_out
+                .store(false, std::sync::atomic::Ordering::Release);
         }
+        self.page_in(ds, ledger).await?;
         Ok(())
     }
 
-    /// Append records durably (group commit), timing the commit.
-    async fn persist(&self, records: Vec<Record>) -> Result<(), StoreError> {
+    /// Append records of `ds` durably (group commit), timing the commit, and
+    /// note them on the dataset (the caller holds its write lock and applies them
+    /// next; if it cannot, it marks the dataset stale and it is reloaded).
+    async fn persist(&self, ds: &Dataset, records: Vec<Record>) -> Result<(), StoreError> {
         let started = Instant::now();
-        append_async(&self.store, records).await?;
+        let kinds: Vec<(RecordKind, Vec<u8>)> = records
+            .iter()
+            .filter(|r| dataset::is_book_record(r.kind))
+            .map(|r| (r.kind, r.payload.clone()))
+            .collect();
+        let seqs = append_async(&self.store, records).await?;
+        let book: Vec<(RecordKind, &[u8])> = kinds.iter().map(|(k, p)| (*k, &p[..])).collect();
+        ds.note_records(&seqs, &book);
         metrics::histogram!("dpledger_store_commit_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(())
@@ -151,7 +176,7 @@ impl Engine {
     /// commit's outcome is unknown the change may be in the log, so the dataset is
     /// marked stale and reloaded before anything else touches it.
     async fn persist_change(&self, ds: &Dataset, records: Vec<Record>) -> EngineResult<()> {
-        self.persist(records).await.map_err(|e| {
+        self.persist(ds, records).await.map_err(|e| {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
                 ds.mark_stale();
             }

@@ -1,43 +1,93 @@
-//! Rebuilding ledgers from the log: every dataset when the process starts, and
-//! one dataset when memory may be behind the log (a commit whose outcome is
-//! unknown, or a step another process stored). Both apply stored records through
-//! [`apply_record`], the same code, so a reload sees exactly what a restart would.
+//! Rebuilding ledgers from snapshots and the log: every dataset when the
+//! process starts, and one dataset when memory may be behind the log (a commit
+//! whose outcome is unknown, or a step another process stored). Both start from
+//! the dataset's newest snapshot that verifies (`snapshots.rs`) and apply the
+//! stored records after it through [`apply_record`], the same code, so a reload
+//! sees exactly what a restart would, and what a replay of the whole log would.
 
-use super::book::{apply_release, apply_setting, export_gauges, ReleaseBook};
+use super::book::{apply_release, apply_setting, export_gauges};
 use super::commands::{report_from_payload, CreatedPayload};
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
+use super::snapshots::load_newest;
 use super::Engine;
 use crate::ledger::Ledger;
 use crate::store::codec::StepPayload;
-use crate::store::{RecordKind, Store, StoreError, StoredRecord};
+use crate::store::{RecordKind, SnapshotInfo, Store, StoreError, StoredRecord};
 use dashmap::DashMap;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 impl Engine {
-    /// Load every record of `store` and rebuild the ledgers. Any record that does
-    /// not apply cleanly is corruption: refuse to start rather than serve epsilons
-    /// computed from a partial log.
+    /// Rebuild the ledgers: each dataset from its newest snapshot that verifies
+    /// (or from its creation), then the log's records after it. Any record that
+    /// does not apply cleanly is corruption: refuse to start rather than serve
+    /// epsilons computed from a partial log. A dataset whose log was compacted
+    /// and whose pinned snapshot cannot be loaded is refused likewise.
     pub fn recover(store: Arc<dyn Store>) -> anyhow::Result<Self> {
         let datasets: DashMap<String, Arc<Dataset>> = DashMap::new();
         let started = Instant::now();
         let description = store.describe();
+        let catalogue = store.snapshots()?;
+        let compactions = store.compactions()?;
+        let mut covered: HashMap<String, u64> = HashMap::new();
+        let mut after = u64::MAX;
+        for (id, created) in store.dataset_starts()? {
+            let candidates: Vec<&SnapshotInfo> =
+                catalogue.iter().filter(|s| s.dataset == id).collect();
+            let start = match load_newest(store.as_ref(), &candidates) {
+                Some((info, ds)) => {
+                    datasets.insert(id.clone(), Arc::new(ds));
+                    covered.insert(id.clone(), info.seq);
+                    info.seq
+                }
+                None => created.saturating_sub(1),
+            };
+            if let Some(c) = compactions.iter().find(|c| c.dataset == id) {
+                if start < c.upto {
+                    anyhow::bail!(StoreError::Corrupt {
+                        store: description.clone(),
+                        seq: Some(c.upto),
+                        detail: format!(
+                            "dataset {id:?} was compacted up to seq {} and its pinned snapshot \
+                             {} cannot be loaded (see the warnings above): restore the store \
+                             from a backup",
+                            c.upto, c.snapshot
+                        ),
+                    });
+                }
+            }
+            after = after.min(start);
+        }
+        let snapshot_seconds = started.elapsed().as_secs_f64();
         let mut apply = |stored: StoredRecord| -> Result<(), StoreError> {
+            if covered
+                .get(&stored.record.dataset)
+                .is_some_and(|&seq| stored.seq <= seq)
+            {
+                return Ok(());
+            }
             apply_record(&datasets, &stored).map_err(|detail| StoreError::Corrupt {
                 store: description.clone(),
                 seq: Some(stored.seq),
                 detail,
             })
         };
-        let stats = store.load(&mut apply)?;
+        // With no dataset, `after` stays MAX: the load still checks the log's end.
+        let stats = store.load_after(if after == u64::MAX { 0 } else { after }, &mut apply)?;
         for d in datasets.iter() {
             export_gauges(d.key(), &d.book_read());
         }
+        metrics::gauge!("dpledger_recovery_snapshots_loaded").set(covered.len() as f64);
+        metrics::gauge!("dpledger_recovery_records_replayed").set(stats.records as f64);
+        metrics::gauge!("dpledger_recovery_seconds").set(started.elapsed().as_secs_f64());
         tracing::info!(
             records = stats.records,
             datasets = datasets.len(),
+            from_snapshots = covered.len(),
+            snapshot_seconds,
             seconds = started.elapsed().as_secs_f64(),
             "recovered ledgers from {}",
             store.describe()
@@ -45,28 +95,45 @@ impl Engine {
         Ok(Self { datasets, store })
     }
 
-    /// Rebuild one dataset's ledger and release book from the log into `ds`; the
-    /// caller holds the dataset's write lock (`ledger`).
+    /// Rebuild one dataset from its newest snapshot and its own records after
+    /// it into `ds`; the caller holds the dataset's write lock (`ledger`).
     pub(super) async fn reload_into(&self, ds: &Dataset, ledger: &mut Ledger) -> EngineResult<()> {
-        let (fresh, book) = self.reload(&ds.id).await?;
-        *ledger = fresh;
-        *ds.book_write() = book;
+        let fresh = self.reload(&ds.id).await?;
+        let fresh = Arc::try_unwrap(fresh)
+            .map_err(|_| EngineError::Internal("reload raced".to_string()))?;
+        *ds.book_write() = fresh.book.into_inner().unwrap_or_else(|e| e.into_inner());
+        *ds.book_log.lock().unwrap_or_else(|e| e.into_inner()) = fresh
+            .book_log
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        ds.last_seq
+            .store(fresh.last_seq.load(Ordering::Acquire), Ordering::Release);
+        ds.archived
+            .store(fresh.archived.load(Ordering::Acquire), Ordering::Release);
+        *ledger = fresh.ledger.into_inner();
         Ok(())
     }
 
-    /// Rebuild one dataset's ledger from the log. Runs on a blocking thread; the
+    /// Rebuild one dataset from the store. Runs on a blocking thread; the
     /// caller holds the dataset's write lock.
-    async fn reload(&self, id: &str) -> EngineResult<(Ledger, ReleaseBook)> {
+    async fn reload(&self, id: &str) -> EngineResult<Arc<Dataset>> {
         let store = self.store.clone();
         let id = id.to_string();
         let rebuilt =
             tokio::task::spawn_blocking(move || -> anyhow::Result<Option<Arc<Dataset>>> {
                 let one: DashMap<String, Arc<Dataset>> = DashMap::new();
                 let description = store.describe();
-                store.load(&mut |stored: StoredRecord| {
-                    if stored.record.dataset != id {
-                        return Ok(());
+                let catalogue = store.snapshots()?;
+                let candidates: Vec<&SnapshotInfo> =
+                    catalogue.iter().filter(|s| s.dataset == id).collect();
+                let after = match load_newest(store.as_ref(), &candidates) {
+                    Some((info, ds)) => {
+                        one.insert(id.clone(), Arc::new(ds));
+                        info.seq
                     }
+                    None => 0,
+                };
+                store.load_dataset(&id, after, &mut |stored: StoredRecord| {
                     apply_record(&one, &stored).map_err(|detail| StoreError::Corrupt {
                         store: description.clone(),
                         seq: Some(stored.seq),
@@ -83,12 +150,7 @@ impl Engine {
                     "the store could not be read back; nothing was acknowledged: retry".to_string(),
                 )
             })?;
-        let dataset = rebuilt
-            .ok_or_else(|| EngineError::Internal("dataset missing from the log".to_string()))?;
-        let dataset = Arc::try_unwrap(dataset)
-            .map_err(|_| EngineError::Internal("reload raced".to_string()))?;
-        let book = dataset.book.into_inner().unwrap_or_else(|e| e.into_inner());
-        Ok((dataset.ledger.into_inner(), book))
+        rebuilt.ok_or_else(|| EngineError::Internal("dataset missing from the log".to_string()))
     }
 }
 
@@ -175,6 +237,9 @@ fn apply_record(
             let mut book = ds.book_write();
             apply_setting(&ledger, &mut book, kind, &rec.payload)?;
         }
+    }
+    if let Some(ds) = datasets.get(&rec.dataset) {
+        ds.note_records(&[stored.seq], &[(rec.kind, &rec.payload)]);
     }
     Ok(())
 }

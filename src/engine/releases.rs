@@ -32,43 +32,38 @@ pub struct ReleaseOutcome {
     pub budget: BudgetStatus,
 }
 
-/// Check a release against the budget, the labels and the ledger, and compute
-/// its values: everything but persisting and charging. Synchronous, so the book's
-/// read guard is held throughout (the book only changes under the ledger's write
-/// lock, which the caller holds) and the labels are read in place, not copied.
-fn prepare_release(
-    ds: &Dataset,
-    ledger: &Ledger,
-    request: ReleaseRequest,
-    trigger: ReleaseTrigger,
-) -> EngineResult<Release> {
-    let rho = request.rho();
-    let book = ds.book_read();
+/// Refuse a release of cost `rho` that the budget does not allow.
+pub(super) fn check_budget(ds: &Dataset, book: &ReleaseBook, rho: f64) -> EngineResult<()> {
     let budget = book.budget;
-    if !budget.allows(rho) {
-        let detail = match budget.rho_budget {
-            None => format!(
-                "dataset {:?} has no release budget yet: a curator sets one with PUT \
-                 /v1/datasets/{}/release-budget (this release would cost rho = {rho})",
-                ds.id, ds.id
-            ),
-            Some(b) => format!(
-                "this release costs rho = {rho} but {} of the budget {b} is spent \
-                 ({} left)",
-                budget.rho_spent,
-                (b - budget.rho_spent).max(0.0)
-            ),
-        };
-        return Err(EngineError::OverBudget {
-            detail,
-            refusal: BudgetRefusal {
-                rho_spent: budget.rho_spent,
-                rho_requested: rho,
-                rho_budget: budget.rho_budget,
-            },
-        });
+    if budget.allows(rho) {
+        return Ok(());
     }
-    if request.by_group && book.labels.is_empty() {
+    let detail = match budget.rho_budget {
+        None => format!(
+            "dataset {:?} has no release budget yet: a curator sets one with PUT \
+             /v1/datasets/{}/release-budget (this release would cost rho = {rho})",
+            ds.id, ds.id
+        ),
+        Some(b) => format!(
+            "this release costs rho = {rho} but {} of the budget {b} is spent \
+             ({} left)",
+            budget.rho_spent,
+            (b - budget.rho_spent).max(0.0)
+        ),
+    };
+    Err(EngineError::OverBudget {
+        detail,
+        refusal: BudgetRefusal {
+            rho_spent: budget.rho_spent,
+            rho_requested: rho,
+            rho_budget: budget.rho_budget,
+        },
+    })
+}
+
+/// Refuse a by-group release of a dataset without labels.
+pub(super) fn check_labels(ds: &Dataset, book: &ReleaseBook, by_group: bool) -> EngineResult<()> {
+    if by_group && book.labels.is_empty() {
         return Err(EngineError::Conflict {
             detail: format!(
                 "by_group needs labels, and dataset {:?} has none: assign them with PUT \
@@ -78,37 +73,72 @@ fn prepare_release(
             field: Some("by_group"),
         });
     }
+    Ok(())
+}
+
+/// Refuse a charge of `rho` that the ledger cannot take now: a multi-part step
+/// is incomplete, or the charge would retire examples. A trainer learns of
+/// retirements only from step answers (a retried step's answer included): one
+/// caused by a release would be clipped at its old threshold yet charged
+/// nothing. So a release never retires anyone.
+pub(super) fn check_charge(ledger: &Ledger, rho: f64) -> EngineResult<()> {
     ledger.check_release()?;
-    // A trainer learns of retirements only from step answers (a retried step's
-    // answer included): one caused by a release would be clipped at its old
-    // threshold yet charged nothing. So a release never retires anyone.
     let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho));
     if would_retire > 0 {
         return Err(EngineError::WouldRetire { would_retire });
     }
+    Ok(())
+}
+
+/// Refuse a release when there is nothing to release yet.
+pub(super) fn check_bound(steps: u64, bound: f64, delta: f64) -> EngineResult<()> {
+    if steps == 0 || !(bound.is_finite() && bound > 0.0) {
+        return Err(EngineError::conflict(format!(
+            "nothing to release: {steps} steps, worst-case epsilon {bound} at delta {delta} \
+             (releases need at least one step and a finite worst case)"
+        )));
+    }
+    Ok(())
+}
+
+/// The current time in seconds since the Unix epoch, as releases record it.
+pub(super) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Check a release against the budget, the labels and the ledger, and compute
+/// its values, with the write lock held throughout: the path of policy releases,
+/// which run inside a step. Synchronous, so the book's read guard is held
+/// throughout (the book only changes under the ledger's write lock, which the
+/// caller holds) and the labels are read in place, not copied.
+fn prepare_release(
+    ds: &Dataset,
+    ledger: &Ledger,
+    request: ReleaseRequest,
+    trigger: ReleaseTrigger,
+) -> EngineResult<Release> {
+    let rho = request.rho();
+    let book = ds.book_read();
+    check_budget(ds, &book, rho)?;
+    check_labels(ds, &book, request.by_group)?;
+    check_charge(ledger, rho)?;
     let delta = request.delta.unwrap_or(ledger.config().delta);
     let conversion = Conversion::default();
     // B and the statistics use the guarantee min(RDP_i, PLD worst) (spec §8).
     let worst = ds.worst_case_bounds(ledger, delta, conversion)?;
     let bound = worst.epsilon;
-    if ledger.next_step() == 0 || !(bound.is_finite() && bound > 0.0) {
-        return Err(EngineError::conflict(format!(
-            "nothing to release: {} steps, worst-case epsilon {bound} at delta {delta} \
-             (releases need at least one step and a finite worst case)",
-            ledger.next_step()
-        )));
-    }
+    check_bound(ledger.next_step(), bound, delta)?;
     let epsilons = ds.bounded_epsilons(ledger, &worst, delta, conversion)?;
     let values = blocking(|| {
         let mut rng = rand::rngs::StdRng::from_os_rng();
         compute(&mut rng, &request, &epsilons, bound, &book.labels)
     });
     Ok(Release {
-        id: budget.releases + 1,
+        id: book.budget.releases + 1,
         step: ledger.next_step(),
-        released_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        released_at: now_secs(),
         trigger,
         request,
         delta,
@@ -119,19 +149,10 @@ fn prepare_release(
 }
 
 impl Engine {
-    /// Publish a release requested by a curator.
-    pub async fn release(&self, id: &str, request: ReleaseRequest) -> EngineResult<ReleaseOutcome> {
-        let ds = self.writable(id)?;
-        let mut ledger = ds.ledger.write().await;
-        self.locked_checks(&ds, &mut ledger).await?;
-        self.release_locked(&ds, &mut ledger, request, ReleaseTrigger::Request)
-            .await
-    }
-
     /// Publish a release with the dataset's write lock held: check the budget and
     /// the ledger, compute, persist, then charge. Nothing is charged or served
     /// unless the record is durable.
-    async fn release_locked(
+    pub(super) async fn release_locked(
         &self,
         ds: &Dataset,
         ledger: &mut Ledger,
@@ -140,6 +161,18 @@ impl Engine {
     ) -> EngineResult<ReleaseOutcome> {
         request.validate()?;
         let release = prepare_release(ds, ledger, request, trigger)?;
+        self.publish(ds, ledger, release).await
+    }
+
+    /// Persist a checked and computed release, then charge it and add it to the
+    /// book; the caller holds the dataset's write lock. Nothing is charged or
+    /// served unless the record is durable.
+    pub(super) async fn publish(
+        &self,
+        ds: &Dataset,
+        ledger: &mut Ledger,
+        release: Release,
+    ) -> EngineResult<ReleaseOutcome> {
         let rec = json_record(&ds.id, RecordKind::Release, &release)?;
         self.persist_change(ds, vec![rec]).await?;
         let mut book = ds.book_write();

@@ -103,7 +103,7 @@ pub(crate) fn next_check(now: u64, value: f64, charge: f64, rate: f64, budget: f
 }
 
 /// The filter's mutable state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Filter {
     /// The budget's epsilon.
     pub(crate) epsilon: f64,

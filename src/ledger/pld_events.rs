@@ -10,7 +10,7 @@ use crate::accounting::pld::PldEvent;
 use crate::accounting::table::StepMechanism;
 
 /// Training steps and releases as PLD events, in the order they happened.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PldHistory {
     /// Poisson runs (`PoissonGaussian`) or completed shuffle epochs (`Gaussian`).
     steps: Vec<PldEvent>,

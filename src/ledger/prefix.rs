@@ -57,6 +57,46 @@ impl PrefixSums {
         &self.segments[self.segments.len() - 1]
     }
 
+    /// Each segment as `(start, mechanism, base)`, for a snapshot: the tables
+    /// are not stored (they are recomputed, or taken from the cache, on load).
+    pub(crate) fn image(&self) -> Vec<(u64, StepMechanism, Vec<f64>)> {
+        self.segments
+            .iter()
+            .map(|s| (s.start, s.mechanism, s.base.clone()))
+            .collect()
+    }
+
+    /// Prefix sums rebuilt from [`PrefixSums::image`]; `table` gives each
+    /// mechanism's table. `None` when the image is not well formed (no segment,
+    /// starts not increasing, a base of the wrong size).
+    pub(crate) fn from_image(
+        image: Vec<(u64, StepMechanism, Vec<f64>)>,
+        buckets: usize,
+        orders: usize,
+        mut table: impl FnMut(StepMechanism) -> Arc<RdpTable>,
+    ) -> Option<Self> {
+        if image.is_empty()
+            || image.windows(2).any(|w| w[0].0 >= w[1].0)
+            || image.iter().any(|s| s.2.len() != buckets * orders)
+        {
+            return None;
+        }
+        let segments = image
+            .into_iter()
+            .map(|(start, mechanism, base)| Segment {
+                start,
+                mechanism,
+                table: table(mechanism),
+                base,
+            })
+            .collect();
+        Some(Self {
+            orders,
+            buckets,
+            segments,
+        })
+    }
+
     /// Number of segments held.
     pub(crate) fn len(&self) -> usize {
         self.segments.len()
@@ -98,7 +138,7 @@ impl PrefixSums {
     }
 
     /// Index of the segment holding step `s` (the last one starting at or before it).
-    fn index_of(&self, s: u64) -> usize {
+    pub(crate) fn index_of(&self, s: u64) -> usize {
         self.segments
             .partition_point(|seg| seg.start <= s)
             .saturating_sub(1)
@@ -107,7 +147,23 @@ impl PrefixSums {
     /// `out = P(t)[k]`. The worst case and every example charged only at the top
     /// bucket use this same expression, so they agree bit for bit.
     pub(crate) fn prefix_into(&self, t: u64, k: u32, out: &mut [f64]) {
-        let seg = &self.segments[self.index_of(t)];
+        self.prefix_in(self.index_of(t), t, k, out);
+    }
+
+    /// Index of the segment that held step `t - 1` (segment 0 for `t = 0`): the
+    /// one through which `P(t)` was computed before any step `t` was begun. A
+    /// view of the ledger at step `t` reads through it, so that a segment begun
+    /// at `t` later (new hyperparameters) changes none of its values, not even
+    /// their rounding.
+    pub(crate) fn index_before(&self, t: u64) -> usize {
+        self.segments
+            .partition_point(|seg| seg.start < t)
+            .saturating_sub(1)
+    }
+
+    /// [`PrefixSums::prefix_into`] through segment `st` (which holds `t`).
+    pub(crate) fn prefix_in(&self, st: usize, t: u64, k: u32, out: &mut [f64]) {
+        let seg = &self.segments[st];
         let m = self.orders;
         let base = &seg.base[k as usize * m..(k as usize + 1) * m];
         let row = seg.table.row(k);
@@ -120,7 +176,11 @@ impl PrefixSums {
     /// `acc += P(t)[k] - P(since)[k]` for `since <= t`: what an example at bucket `k`
     /// accrued over steps `since..t`.
     pub(crate) fn add_difference(&self, since: u64, t: u64, k: u32, acc: &mut [f64]) {
-        let st = self.index_of(t);
+        self.difference_in(self.index_of(t), since, t, k, acc);
+    }
+
+    /// [`PrefixSums::add_difference`] with `P(t)` through segment `st`.
+    pub(crate) fn difference_in(&self, st: usize, since: u64, t: u64, k: u32, acc: &mut [f64]) {
         let seg_t = &self.segments[st];
         let row_t = seg_t.table.row(k);
         if since >= seg_t.start {

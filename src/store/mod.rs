@@ -71,9 +71,11 @@
 //!   will be replayed at the next start and memory must not lag behind it.
 //! * Every other error means nothing of the call was written.
 
+pub mod archive;
 pub mod codec;
 mod group;
 mod pg;
+pub mod snapshots;
 mod sqlite;
 
 use std::sync::mpsc::sync_channel;
@@ -81,12 +83,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use codec::{CodecError, StepPayload};
+pub use snapshots::{CompactionInfo, SnapshotInfo, StorageStats};
 
 /// The store the server uses when none is configured.
 pub const DEFAULT_URL: &str = "sqlite:./data/dpledger.sqlite";
 
 /// The schema version this build writes and reads (`dpledger_meta.schema_version`).
-pub const SCHEMA_VERSION: u64 = 1;
+/// Version 2 added snapshots, compactions and two indexes (see [`snapshots`]);
+/// a version-1 store is upgraded when opened.
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// Largest payload of one record. Far above any step the HTTP layer accepts; it
 /// exists so that a runaway caller gets a clear error instead of a database limit
@@ -203,6 +208,87 @@ pub trait Store: Send + Sync {
     /// The store's location for logs and error messages (`sqlite:/abs/path` or the
     /// PostgreSQL URL with any password replaced by `***`).
     fn describe(&self) -> String;
+
+    /// Like [`Store::load`], for the records after sequence number `after` only
+    /// (recovery from snapshots reads the log's tail). Contiguity is checked from
+    /// `after + 1` to the recorded end. Rows whose payloads a compaction emptied
+    /// are skipped (they are covered by a pinned snapshot); any other damage is
+    /// [`StoreError::Corrupt`].
+    fn load_after(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError>;
+
+    /// The records of one dataset after sequence number `after`, in order
+    /// (reloading one dataset reads only its own tail, through an index).
+    /// Checksums are verified; contiguity is not (other datasets' records lie in
+    /// between). A compacted record in the range is [`StoreError::Corrupt`]:
+    /// callers start at or after the dataset's compaction.
+    fn load_dataset(
+        &self,
+        dataset: &str,
+        after: u64,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError>;
+
+    /// Every dataset with the sequence number of its creation record, in log order.
+    fn dataset_starts(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Stores a snapshot of `dataset`'s state after record `seq` (see
+    /// [`snapshots`]). Written in chunks, each in its own transaction; listed only
+    /// once complete. Also removes abandoned (never completed) snapshots.
+    fn write_snapshot(
+        &self,
+        dataset: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<SnapshotInfo, StoreError>;
+
+    /// Every complete snapshot, by dataset, newest (highest `seq`, then id) first.
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>, StoreError>;
+
+    /// A snapshot's bytes, verified against its length and SHA-256
+    /// ([`StoreError::Corrupt`] if they differ).
+    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError>;
+
+    /// Deletes a snapshot; a pinned one (a compaction relies on it) is refused.
+    fn delete_snapshot(&self, id: u64) -> Result<(), StoreError>;
+
+    /// Every compaction done, by dataset.
+    fn compactions(&self) -> Result<Vec<CompactionInfo>, StoreError>;
+
+    /// Empties the payloads of `snapshot.dataset`'s records up to `snapshot.seq`
+    /// and pins the snapshot, in one transaction (see [`snapshots`]). Returns the
+    /// dataset's compaction record.
+    fn compact(&self, snapshot: &SnapshotInfo) -> Result<CompactionInfo, StoreError>;
+
+    /// Sizes of the log and the snapshots.
+    fn storage(&self) -> Result<StorageStats, StoreError>;
+
+    /// Store blocks of an archived dataset's per-example answers, as they are
+    /// after record `seq` (`store::archive`); replaces blocks of the same index.
+    fn put_archive_blocks(
+        &self,
+        dataset: &str,
+        seq: u64,
+        blocks: &[(u64, Vec<u8>)],
+    ) -> Result<(), StoreError>;
+
+    /// Mark the archive of `dataset` at `seq` complete with `blocks` blocks,
+    /// deleting blocks of any other `seq`; one transaction.
+    fn complete_archive(&self, dataset: &str, seq: u64, blocks: u64) -> Result<(), StoreError>;
+
+    /// The complete archive of `dataset`, if any: `(seq, blocks)`.
+    fn archive(&self, dataset: &str) -> Result<Option<(u64, u64)>, StoreError>;
+
+    /// One block of the archive of `dataset` (checked against its CRC-32) with
+    /// the `seq` it was written at; `None` if there is no such block.
+    fn read_archive_block(
+        &self,
+        dataset: &str,
+        block: u64,
+    ) -> Result<Option<(u64, Vec<u8>)>, StoreError>;
 }
 
 /// Everything the store can refuse or fail with. Messages name the store (path or
@@ -537,11 +623,28 @@ pub(crate) struct RawRow {
 pub(crate) struct RowChecker {
     store: String,
     expected: u64,
+    /// Per dataset, the last sequence number a compaction emptied.
+    compacted: std::collections::HashMap<String, u64>,
 }
 
 impl RowChecker {
+    #[cfg(test)]
     pub fn new(store: String) -> Self {
-        RowChecker { store, expected: 1 }
+        Self::resuming(store, 0, Vec::new())
+    }
+
+    /// A checker for the rows after `after`, skipping rows emptied by `compactions`.
+    pub fn resuming(store: String, after: u64, compactions: Vec<(String, u64)>) -> Self {
+        RowChecker {
+            store,
+            expected: after + 1,
+            compacted: compactions.into_iter().collect(),
+        }
+    }
+
+    /// Whether a compaction emptied the payload of row `seq` of `dataset`.
+    pub fn is_compacted(&self, dataset: &str, seq: u64) -> bool {
+        self.compacted.get(dataset).is_some_and(|&upto| seq <= upto)
     }
 
     fn corrupt(&self, seq: Option<u64>, detail: String) -> StoreError {
@@ -557,8 +660,9 @@ impl RowChecker {
         self.expected - 1
     }
 
-    /// Checks one row and turns it into a record.
-    pub fn check(&mut self, row: RawRow) -> Result<StoredRecord, StoreError> {
+    /// Checks one row and turns it into a record; `None` for a row a compaction
+    /// emptied (its number counts, its content is gone).
+    pub fn check(&mut self, row: RawRow) -> Result<Option<StoredRecord>, StoreError> {
         let expected = self.expected;
         let seq = u64::try_from(row.seq)
             .ok()
@@ -596,6 +700,10 @@ impl RowChecker {
         };
         let stored_crc = u32::try_from(row.crc)
             .map_err(|_| bad(format!("checksum column holds {}, not a CRC-32", row.crc)))?;
+        if row.payload.is_empty() && self.is_compacted(&dataset, seq) {
+            self.expected += 1;
+            return Ok(None);
+        }
         let record = Record {
             dataset,
             kind,
@@ -616,7 +724,23 @@ impl RowChecker {
             )));
         }
         self.expected += 1;
-        Ok(StoredRecord { seq, record })
+        Ok(Some(StoredRecord { seq, record }))
+    }
+
+    /// Checks one row of a single dataset's records (no contiguity: other
+    /// datasets' rows lie in between); a compacted row is corruption here.
+    pub fn check_unordered(&mut self, row: RawRow) -> Result<StoredRecord, StoreError> {
+        let seq = row.seq;
+        self.expected = u64::try_from(seq).unwrap_or(0).max(1);
+        match self.check(row)? {
+            Some(record) => Ok(record),
+            None => Err(self.corrupt(
+                u64::try_from(seq).ok(),
+                "the record was emptied by a compaction: read the dataset from its \
+                 pinned snapshot"
+                    .to_string(),
+            )),
+        }
     }
 
     /// Checks that the log ends where the metadata says it does.

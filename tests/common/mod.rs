@@ -2,6 +2,8 @@
 //! HTTP. Shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod pg_schema;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -19,6 +21,8 @@ pub struct Server {
     pub url: String,
     pub data_dir: PathBuf,
     pub store: Option<String>,
+    /// Extra `serve` flags, kept for restarts.
+    pub extra: Vec<String>,
     /// Its standard output after the listening line, kept open (a server that
     /// prints to a closed pipe would fail).
     stdout: Option<BufReader<ChildStdout>>,
@@ -51,7 +55,14 @@ impl Server {
         (server, printed)
     }
 
-    fn try_start_with(
+    /// Start with extra `serve` flags (kept for [`Server::restart`]).
+    pub fn start_flags(data_dir: &Path, store: Option<&str>, extra: &[&str]) -> Server {
+        Self::try_start_with(data_dir, store, extra)
+            .unwrap_or_else(|e| panic!("server did not start: {e}"))
+    }
+
+    /// Like [`Server::start_flags`], returning what a refused start printed.
+    pub fn try_start_with(
         data_dir: &Path,
         store: Option<&str>,
         extra: &[&str],
@@ -79,6 +90,7 @@ impl Server {
                 url: addr.to_string(),
                 data_dir: data_dir.to_path_buf(),
                 store: store.map(String::from),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
                 stdout: Some(stdout),
             });
         }
@@ -101,7 +113,8 @@ impl Server {
     /// Kill and start again on the same data dir and store.
     pub fn restart(&mut self) {
         self.kill();
-        let fresh = Server::start(&self.data_dir.clone(), self.store.clone().as_deref());
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let fresh = Server::start_flags(&self.data_dir.clone(), self.store.as_deref(), &extra);
         *self = fresh;
     }
 

@@ -25,7 +25,7 @@ pub const MIN_VALUE_DISCRETIZATION: f64 = 1e-6;
 pub const CACHE_TAIL: f64 = 1e-16;
 
 /// One mechanism, self-composed `count` times.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum PldEvent {
     /// Poisson-subsampled Gaussian: rate `q`, noise multiplier `sigma` (std / sensitivity).
     PoissonGaussian {

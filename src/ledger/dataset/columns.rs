@@ -137,6 +137,9 @@ impl Ledger {
         if let Some(f) = &self.filter {
             bytes += f.bytes();
         }
+        if let Some(v) = &self.view {
+            bytes += v.bytes();
+        }
         for rec in &self.history {
             for (_, out) in &rec.parts {
                 bytes += outcome_bytes(out);

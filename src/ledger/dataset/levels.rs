@@ -124,6 +124,12 @@ impl LevelHistory {
         })
     }
 
+    /// Whether this history has the shape of one for `n` examples (a snapshot's
+    /// history is checked against its configuration before it is trusted).
+    pub(crate) fn fits(&self, n: usize, poisson: bool) -> bool {
+        self.counts.len() == n && self.run_start.len() == if poisson { n } else { 0 }
+    }
+
     /// The distinct hyperparameters, by segment id.
     pub fn segments(&self) -> &[SegmentParams] {
         &self.segments

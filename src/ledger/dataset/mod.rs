@@ -39,7 +39,11 @@
 //! | `releases.rs` | release charges to every example (spec §6) |
 //! | `query.rs` | per-example privacy, the worst case (§4), thresholds, epsilons, status |
 //! | `levels.rs` | each example's steps per (segment, grid level), for its PLD estimate (§8) |
+//! | `snapshot.rs` | the whole state as bytes and back (snapshots, issue 16) |
+//! | `archive.rs` | what an archived ledger's queries need once it is out of memory |
+//! | `view.rs` | every example as at one step while later steps go on (releases off the write lock) |
 
+mod archive;
 mod columns;
 mod levels;
 mod parts;
@@ -47,10 +51,15 @@ mod query;
 mod releases;
 mod retirement;
 mod shuffle;
+mod snapshot;
 mod step;
+mod view;
 
+pub use archive::{ArchiveSummary, ArchivedExample};
 pub use levels::{LevelCount, LevelHistory, SegmentParams, MAX_SEGMENTS};
 pub use parts::{MAX_PARTS, RETRY_WINDOW};
+pub use snapshot::{SnapshotError, SNAPSHOT_FORMAT};
+pub use view::ViewToken;
 
 use self::columns::{try_filled, ALL_TOP};
 use self::parts::{Pending, StepRecord};
@@ -66,10 +75,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 /// The process-wide cache of per-bucket tables: datasets with the same grid,
-/// orders and hyperparameters share their tables.
-fn table_cache() -> &'static TableCache {
-    static CACHE: OnceLock<TableCache> = OnceLock::new();
-    CACHE.get_or_init(TableCache::new)
+/// orders and hyperparameters share their tables. Bounded (see [`TableCache`]);
+/// `dpledger serve --table-cache-bytes` sets the bound.
+pub fn table_cache() -> &'static Arc<TableCache> {
+    static CACHE: OnceLock<Arc<TableCache>> = OnceLock::new();
+    CACHE.get_or_init(|| Arc::new(TableCache::new()))
 }
 
 /// The hyperparameters of one step and the table they determine.
@@ -131,14 +141,30 @@ pub struct Ledger {
     over_budget: u64,
     /// Steps and releases as PLD events (spec §8 worst case).
     pld: PldHistory,
+    /// Where this ledger's tables come from (the process-wide cache unless a
+    /// test gives its own).
+    tables: Arc<TableCache>,
     /// Each example's steps per (segment, grid level), for its PLD estimate (§8).
     levels: LevelHistory,
+    /// The open view of a release in progress, if any (`view.rs`).
+    view: Option<view::EpochView>,
+    /// Views opened so far (names the next one).
+    view_serial: u64,
 }
 
 impl Ledger {
     /// Create the ledger of a dataset: every example at threshold `C`, nothing
     /// accrued. Computes (or takes from the cache) the default per-bucket table.
     pub fn new(config: DatasetConfig) -> Result<Self, LedgerError> {
+        Self::with_table_cache(config, table_cache().clone())
+    }
+
+    /// [`Ledger::new`] taking its tables from `tables` instead of the
+    /// process-wide cache (tests of the cache's bound use their own).
+    pub fn with_table_cache(
+        config: DatasetConfig,
+        tables: Arc<TableCache>,
+    ) -> Result<Self, LedgerError> {
         config.validate()?;
         let grid = config.grid()?;
         let orders = config.sorted_orders()?;
@@ -158,7 +184,7 @@ impl Ledger {
         let (accrual, current, default_rate, initial_flags) = match config.sampling {
             Sampling::Poisson { rate } => {
                 let mechanism = StepMechanism::Poisson { q: rate, sigma };
-                let table = table_cache().get(&grid, mechanism, &orders);
+                let table = tables.get(&grid, mechanism, &orders);
                 (
                     Accrual::Poisson(PrefixSums::new(mechanism, table.clone(), grid.len(), m)),
                     StepParams { mechanism, table },
@@ -168,7 +194,7 @@ impl Ledger {
             }
             Sampling::Shuffle { batch_size } => {
                 let mechanism = StepMechanism::Gaussian { sigma };
-                let table = table_cache().get(&grid, mechanism, &orders);
+                let table = tables.get(&grid, mechanism, &orders);
                 let steps_per_epoch = config.examples.div_ceil(batch_size);
                 (
                     Accrual::Shuffle(ShuffleState::new(steps_per_epoch, m)),
@@ -202,6 +228,9 @@ impl Ledger {
             over_budget: 0,
             pld: PldHistory::default(),
             levels: LevelHistory::new(n, matches!(accrual_kind, AccrualKind::Poisson))?,
+            view: None,
+            view_serial: 0,
+            tables,
             orders,
             config,
         };
@@ -233,6 +262,18 @@ impl Ledger {
     // ------------------------------------------------------------------ accessors
 
     /// The configuration the ledger was created with.
+    /// A ledger of one example with this one's configuration and tables: what
+    /// a paged-out dataset keeps in memory instead of its ledger (a few tens of
+    /// kilobytes; nothing reads it, the dataset is loaded back first).
+    pub fn placeholder(&self) -> Result<Ledger, LedgerError> {
+        let mut config = self.config.clone();
+        config.examples = 1;
+        if let Sampling::Shuffle { batch_size } = &mut config.sampling {
+            *batch_size = 1;
+        }
+        Ledger::with_table_cache(config, self.tables.clone())
+    }
+
     pub fn config(&self) -> &DatasetConfig {
         &self.config
     }

@@ -31,7 +31,7 @@ pub(super) enum CheckedStep {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct PendingPart {
     pub(super) hash: u64,
     pub(super) ids: Vec<u64>,
@@ -52,7 +52,7 @@ pub(super) struct Pending {
 }
 
 /// The answers of one applied step, kept for retries.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct StepRecord {
     pub(super) step: u64,
     pub(super) parts: Vec<(u64, StepOutcome)>,

@@ -2,7 +2,8 @@
 //! retirements, every example's epsilon (for releases) and the ledger's status.
 //! All read-only: `O(#orders)` per example, `O(n × #orders)` for all of them.
 
-use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
+use super::columns::{OVER_BUDGET, RETIRED};
+use super::view::At;
 use super::{Accrual, Ledger};
 use crate::accounting::conversion::{Conversion, EpsilonAtOrder};
 use crate::accounting::pld::PldEvent;
@@ -19,25 +20,16 @@ use std::ops::Range;
 impl Ledger {
     /// Write example `i`'s RDP vector (releases included) at the current step.
     pub(super) fn rdp_into(&self, i: usize, out: &mut [f64]) {
-        let now = self.next_step;
         let m = self.m;
-        let f = self.flags[i];
-        match &self.accrual {
-            Accrual::Poisson(prefix) => {
-                if f & ALL_TOP != 0 && f & RETIRED == 0 {
-                    prefix.prefix_into(now, self.top, out);
-                } else {
-                    out.copy_from_slice(&self.acc[i * m..(i + 1) * m]);
-                    if f & RETIRED == 0 {
-                        prefix.add_difference(self.since[i], now, self.bucket[i], out);
-                    }
-                }
-            }
-            Accrual::Shuffle(_) => out.copy_from_slice(&self.acc[i * m..(i + 1) * m]),
-        }
-        for (o, &r) in out.iter_mut().zip(&self.release) {
-            *o += r;
-        }
+        self.rdp_of_state(
+            self.bucket[i],
+            self.since[i],
+            self.flags[i],
+            &self.acc[i * m..(i + 1) * m],
+            At::Now(self.next_step),
+            &self.release,
+            out,
+        );
     }
 
     pub(super) fn check_delta(delta: f64) -> Result<(), LedgerError> {
@@ -66,22 +58,21 @@ impl Ledger {
         let i = self.check_id(id)?;
         let mut rdp = vec![0.0; self.m];
         self.rdp_into(i, &mut rdp);
-        let eps = Converter::new(&self.orders, delta, conversion).epsilon(&rdp);
         let f = self.flags[i];
-        Ok(ExamplePrivacy {
+        Ok(privacy_of(
             id,
-            epsilon: eps.epsilon,
-            bound: Bound::PerInstanceRdp,
-            rdp_epsilon: eps.epsilon,
-            worst_case_pld_epsilon: None,
-            order: eps.order,
             rdp,
-            steps: self.next_step,
-            retired: f & RETIRED != 0,
-            over_budget: f & OVER_BUDGET != 0,
-            threshold: self.grid.value(self.bucket[i]),
-            guarantee: self.config.clipping == Clipping::PerExample,
-        })
+            &self.orders,
+            delta,
+            conversion,
+            ExampleFacts {
+                steps: self.next_step,
+                retired: f & RETIRED != 0,
+                over_budget: f & OVER_BUDGET != 0,
+                threshold: self.grid.value(self.bucket[i]),
+                guarantee: self.config.clipping == Clipping::PerExample,
+            },
+        ))
     }
 
     /// What example `id`'s PLD estimate composes (spec §8): its steps per
@@ -154,14 +145,13 @@ impl Ledger {
     /// per epoch begun, at that epoch's smallest noise multiplier).
     pub fn worst_case(&self, delta: f64, conversion: Conversion) -> Result<WorstCase, LedgerError> {
         Self::check_delta(delta)?;
-        let rdp = self.worst_case_rdp();
-        let eps = Converter::new(&self.orders, delta, conversion).epsilon(&rdp);
-        Ok(WorstCase {
-            epsilon: eps.epsilon,
-            order: eps.order,
-            rdp,
-            steps: self.next_step,
-        })
+        Ok(worst_case_of(
+            self.worst_case_rdp(),
+            &self.orders,
+            delta,
+            conversion,
+            self.next_step,
+        ))
     }
 
     /// Current thresholds `v_{b_i}` of the ids in `range` (0 for retired examples).
@@ -248,5 +238,59 @@ impl Ledger {
             },
             memory_bytes: self.memory_bytes(),
         }
+    }
+}
+
+/// What an example's privacy reports besides its RDP.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExampleFacts {
+    pub(crate) steps: u64,
+    pub(crate) retired: bool,
+    pub(crate) over_budget: bool,
+    pub(crate) threshold: f64,
+    pub(crate) guarantee: bool,
+}
+
+/// An example's privacy from its RDP vector (validated `delta`): the one
+/// expression behind a live ledger's answer and an archived one's.
+pub(crate) fn privacy_of(
+    id: u64,
+    rdp: Vec<f64>,
+    orders: &[f64],
+    delta: f64,
+    conversion: Conversion,
+    facts: ExampleFacts,
+) -> ExamplePrivacy {
+    let eps = Converter::new(orders, delta, conversion).epsilon(&rdp);
+    ExamplePrivacy {
+        id,
+        epsilon: eps.epsilon,
+        bound: Bound::PerInstanceRdp,
+        rdp_epsilon: eps.epsilon,
+        worst_case_pld_epsilon: None,
+        order: eps.order,
+        rdp,
+        steps: facts.steps,
+        retired: facts.retired,
+        over_budget: facts.over_budget,
+        threshold: facts.threshold,
+        guarantee: facts.guarantee,
+    }
+}
+
+/// The worst case from its RDP vector (validated `delta`), live or archived.
+pub(crate) fn worst_case_of(
+    rdp: Vec<f64>,
+    orders: &[f64],
+    delta: f64,
+    conversion: Conversion,
+    steps: u64,
+) -> WorstCase {
+    let eps = Converter::new(orders, delta, conversion).epsilon(&rdp);
+    WorstCase {
+        epsilon: eps.epsilon,
+        order: eps.order,
+        rdp,
+        steps,
     }
 }

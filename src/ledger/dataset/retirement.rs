@@ -4,6 +4,7 @@
 //! larger-than-announced step pushed over.
 
 use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
+use super::view::save_for_view;
 use super::{Accrual, Ledger, StepParams};
 use crate::ledger::filter::{next_check, Filter, NEVER};
 
@@ -54,6 +55,7 @@ impl Ledger {
     /// Retire example `i` at step `now`: settle its accrual, threshold 0.
     pub(super) fn retire(&mut self, i: usize, now: u64) {
         let m = self.m;
+        save_for_view!(self, i);
         if let Accrual::Poisson(prefix) = &self.accrual {
             let acc = &mut self.acc[i * m..(i + 1) * m];
             if self.flags[i] & ALL_TOP != 0 {

@@ -5,7 +5,7 @@
 
 /// Shuffle mode: charges happen only at processing; the worst case is one Gaussian
 /// charge at `C` per epoch, at the epoch's smallest noise multiplier.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct ShuffleState {
     pub(super) steps_per_epoch: u64,
     /// Worst-case RDP of all completed epochs.

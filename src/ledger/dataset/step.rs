@@ -5,7 +5,8 @@
 
 use super::columns::{prefetch, prefetch_example, ALL_TOP, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
 use super::levels::SegmentParams;
-use super::{table_cache, Accrual, Ledger, StepParams};
+use super::view::save_for_view;
+use super::{Accrual, Ledger, StepParams};
 use crate::accounting::table::StepMechanism;
 use crate::accounting::validate;
 use crate::ledger::error::LedgerError;
@@ -46,7 +47,7 @@ impl Ledger {
         if current.mechanism == mechanism {
             return Ok(current.clone());
         }
-        let table = table_cache().get(&self.grid, mechanism, &self.orders);
+        let table = self.tables.get(&self.grid, mechanism, &self.orders);
         Ok(StepParams { mechanism, table })
     }
 
@@ -235,6 +236,7 @@ impl Ledger {
                 } else if let Some(s) = shuffle_segment {
                     self.levels.charge(i, s, kmin);
                 }
+                save_for_view!(self, i);
                 let acc = &mut self.acc[i * m..(i + 1) * m];
                 let charge = table.row(kmin);
                 let mut still_top = false;
@@ -324,6 +326,7 @@ impl Ledger {
             if kg == b {
                 continue;
             }
+            save_for_view!(self, i);
             if let Accrual::Poisson(prefix) = &self.accrual {
                 let acc = &mut self.acc[i * m..(i + 1) * m];
                 if f & ALL_TOP != 0 {
@@ -372,6 +375,9 @@ impl Ledger {
     // ------------------------------------------------------------------ compaction
 
     pub(super) fn maybe_compact(&mut self) {
+        if self.view.is_some() {
+            return; // a release's view needs every example's `since` as it was
+        }
         if let Accrual::Poisson(prefix) = &self.accrual {
             let budget = MIN_SEGMENT_BUDGET.max(self.acc.len() * 2);
             if prefix.len() > 1 && prefix.bytes() > budget {
@@ -384,8 +390,13 @@ impl Ledger {
     /// but the current one: `O(n × #orders)`. Runs automatically when segments (one
     /// per change of hyperparameters) exceed their memory budget; results are
     /// unchanged up to floating-point rounding (examples charged only at the top
-    /// bucket stay bit-identical to the worst case).
+    /// bucket stay bit-identical to the worst case). Does nothing while a
+    /// release's view is open (it needs the old segments); the next step after
+    /// the view closes compacts if still needed.
     pub fn compact(&mut self) {
+        if self.view.is_some() {
+            return;
+        }
         let now = self.next_step;
         let m = self.m;
         if let Accrual::Poisson(prefix) = &mut self.accrual {

@@ -33,9 +33,12 @@ use postgres::{Client, Config, IsolationLevel, NoTls, Statement, Transaction};
 use super::group::{Backend, BatchResult, GroupWriter};
 use super::sqlite::check_versions;
 use super::{
-    pipelined_load, redact_url, LoadStats, Prepared, RawRow, Record, RowChecker, Store, StoreError,
-    StoredRecord, SCHEMA_VERSION,
+    pipelined_load, redact_url, CompactionInfo, LoadStats, Prepared, RawRow, Record, RowChecker,
+    SnapshotInfo, StorageStats, Store, StoreError, StoredRecord, SCHEMA_VERSION,
 };
+
+mod archive;
+mod snapshots;
 
 /// Connect timeout used when the URL sets none, so an unreachable server fails in
 /// seconds instead of hanging start-up.
@@ -65,6 +68,53 @@ const SCHEMA_SQL: &str = "
     CREATE UNIQUE INDEX dpledger_step_unique
         ON dpledger_events (dataset, step, (COALESCE(part, 0))) WHERE kind = 2;
 ";
+/// Schema version 2 (snapshots, compactions, indexes); idempotent, run at every
+/// open under the set-up lock so that a version-1 store is upgraded in place.
+const UPGRADE_SQL: &str = "
+    CREATE TABLE IF NOT EXISTS dpledger_snapshots (
+        id       BIGSERIAL PRIMARY KEY,
+        dataset  TEXT NOT NULL,
+        seq      BIGINT NOT NULL,
+        created  BIGINT NOT NULL,
+        bytes    BIGINT NOT NULL,
+        sha256   TEXT NOT NULL,
+        pinned   BOOLEAN NOT NULL DEFAULT false,
+        complete BOOLEAN NOT NULL DEFAULT false
+    );
+    CREATE TABLE IF NOT EXISTS dpledger_snapshot_chunks (
+        snapshot BIGINT NOT NULL,
+        idx      BIGINT NOT NULL,
+        data     BYTEA NOT NULL,
+        PRIMARY KEY (snapshot, idx)
+    );
+    ALTER TABLE dpledger_snapshot_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE TABLE IF NOT EXISTS dpledger_compactions (
+        dataset  TEXT PRIMARY KEY,
+        upto     BIGINT NOT NULL,
+        snapshot BIGINT NOT NULL,
+        records  BIGINT NOT NULL,
+        bytes    BIGINT NOT NULL,
+        digest   BYTEA NOT NULL,
+        created  BIGINT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS dpledger_archive_blocks (
+        dataset  TEXT NOT NULL,
+        block    BIGINT NOT NULL,
+        seq      BIGINT NOT NULL,
+        crc      BIGINT NOT NULL,
+        data     BYTEA NOT NULL,
+        PRIMARY KEY (dataset, block)
+    );
+    CREATE TABLE IF NOT EXISTS dpledger_archives (
+        dataset  TEXT PRIMARY KEY,
+        seq      BIGINT NOT NULL,
+        blocks   BIGINT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS dpledger_events_dataset ON dpledger_events (dataset, seq);
+    CREATE INDEX IF NOT EXISTS dpledger_events_created ON dpledger_events (seq) WHERE kind = 1;
+    UPDATE dpledger_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
+";
+
 const INSERT_SQL: &str =
     "INSERT INTO dpledger_events (seq, dataset, kind, step, part, payload, crc) \
      SELECT * FROM unnest($1::int8[], $2::text[], $3::int2[], $4::int8[], $5::int8[], \
@@ -72,8 +122,10 @@ const INSERT_SQL: &str =
 const LOCK_LAST_SEQ_SQL: &str = "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR UPDATE";
 const FIND_STEP_SQL: &str = "SELECT 1 FROM dpledger_events \
      WHERE kind = 2 AND dataset = $1 AND step = $2 AND COALESCE(part, 0) = $3";
-const SELECT_ROWS: &str =
-    "SELECT seq, dataset, kind, step, part, payload, crc FROM dpledger_events ORDER BY seq";
+const SELECT_ROWS: &str = "SELECT seq, dataset, kind, step, part, payload, crc \
+     FROM dpledger_events WHERE seq > $1 ORDER BY seq";
+const SELECT_DATASET_ROWS: &str = "SELECT seq, dataset, kind, step, part, payload, crc \
+     FROM dpledger_events WHERE dataset = $1 AND seq > $2 ORDER BY seq";
 const STEP_INDEX: &str = "dpledger_step_unique";
 const PRIMARY_KEY: &str = "dpledger_events_pkey";
 
@@ -91,13 +143,13 @@ impl Secret {
 }
 
 /// Where a PostgreSQL error happened, for messages.
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     store: &'a str,
     secret: &'a Secret,
 }
 
 impl Ctx<'_> {
-    fn backend(&self, context: &str, e: &postgres::Error) -> StoreError {
+    pub(super) fn backend(&self, context: &str, e: &postgres::Error) -> StoreError {
         StoreError::Backend {
             store: self.store.to_string(),
             detail: self.secret.clean(format!("{context}: {}", pg_text(e))),
@@ -195,20 +247,141 @@ impl Store for PgStore {
         &self,
         visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
     ) -> Result<LoadStats, StoreError> {
-        let ctx = Ctx {
-            store: &self.name,
-            secret: &self.secret,
-        };
-        let config = &self.config;
-        pipelined_load(&self.name, |sink| read_rows(config, &ctx, sink), visit)
+        self.load_after(0, visit)
     }
 
     fn describe(&self) -> String {
         self.name.clone()
     }
+
+    fn load_after(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError> {
+        let ctx = self.ctx();
+        let config = &self.config;
+        pipelined_load(
+            &self.name,
+            |sink| read_rows(config, &ctx, after, sink),
+            visit,
+        )
+    }
+
+    fn load_dataset(
+        &self,
+        dataset: &str,
+        after: u64,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError> {
+        let ctx = self.ctx();
+        let config = &self.config;
+        pipelined_load(
+            &self.name,
+            |sink| snapshots::read_dataset_rows(config, &ctx, dataset, after, sink),
+            visit,
+        )
+    }
+
+    fn dataset_starts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.on_thread(snapshots::dataset_starts)
+    }
+
+    fn write_snapshot(
+        &self,
+        dataset: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<SnapshotInfo, StoreError> {
+        self.on_thread(|config, ctx| snapshots::write_snapshot(config, ctx, dataset, seq, bytes))
+    }
+
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>, StoreError> {
+        self.on_thread(snapshots::list)
+    }
+
+    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError> {
+        self.on_thread(|config, ctx| snapshots::read_snapshot(config, ctx, info))
+    }
+
+    fn delete_snapshot(&self, id: u64) -> Result<(), StoreError> {
+        self.on_thread(|config, ctx| snapshots::delete_snapshot(config, ctx, id))
+    }
+
+    fn compactions(&self) -> Result<Vec<CompactionInfo>, StoreError> {
+        self.on_thread(snapshots::compactions)
+    }
+
+    fn compact(&self, snapshot: &SnapshotInfo) -> Result<CompactionInfo, StoreError> {
+        self.on_thread(|config, ctx| snapshots::compact(config, ctx, snapshot))
+    }
+
+    fn storage(&self) -> Result<StorageStats, StoreError> {
+        self.on_thread(snapshots::storage)
+    }
+
+    fn put_archive_blocks(
+        &self,
+        dataset: &str,
+        seq: u64,
+        blocks: &[(u64, Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        self.on_thread(|config, ctx| archive::put_blocks(config, ctx, dataset, seq, blocks))
+    }
+
+    fn complete_archive(&self, dataset: &str, seq: u64, blocks: u64) -> Result<(), StoreError> {
+        self.on_thread(|config, ctx| archive::complete(config, ctx, dataset, seq, blocks))
+    }
+
+    fn archive(&self, dataset: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        self.on_thread(|config, ctx| archive::info(config, ctx, dataset))
+    }
+
+    fn read_archive_block(
+        &self,
+        dataset: &str,
+        block: u64,
+    ) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+        self.on_thread(|config, ctx| archive::read_block(config, ctx, dataset, block))
+    }
 }
 
-fn connect(config: &Config, ctx: &Ctx<'_>) -> Result<Client, StoreError> {
+impl PgStore {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            store: &self.name,
+            secret: &self.secret,
+        }
+    }
+
+    /// Runs `f` on a scoped thread of its own: the `postgres` crate's blocking
+    /// client starts a runtime and must not run on a tokio worker.
+    fn on_thread<T: Send>(
+        &self,
+        f: impl FnOnce(&Config, &Ctx<'_>) -> Result<T, StoreError> + Send,
+    ) -> Result<T, StoreError> {
+        let ctx = self.ctx();
+        let config = &self.config;
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("dpledger-store-op".into())
+                .spawn_scoped(scope, || f(config, &ctx))
+                .map_err(|e| StoreError::Backend {
+                    store: self.name.clone(),
+                    detail: format!("cannot start a store thread: {e}"),
+                })?
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Backend {
+                        store: self.name.clone(),
+                        detail: "a store thread panicked".into(),
+                    })
+                })
+        })
+    }
+}
+
+pub(super) fn connect(config: &Config, ctx: &Ctx<'_>) -> Result<Client, StoreError> {
     config
         .connect(NoTls)
         .map_err(|e| ctx.backend("cannot connect", &e))
@@ -350,6 +523,8 @@ fn init_schema(client: &mut Client, ctx: &Ctx<'_>) -> Result<(), StoreError> {
     let version = meta(&mut tx, "schema_version")?;
     let last_seq = meta(&mut tx, "last_seq")?;
     check_versions(ctx.store, version, last_seq)?;
+    tx.batch_execute(UPGRADE_SQL)
+        .map_err(|e| err("cannot upgrade the schema to version 2", e))?;
     tx.commit()
         .map_err(|e| err("cannot commit the set-up transaction", e))?;
     if created {
@@ -569,6 +744,7 @@ fn classify_insert_error(
 fn read_rows(
     config: &Config,
     ctx: &Ctx<'_>,
+    after: u64,
     sink: &mut dyn FnMut(StoredRecord) -> bool,
 ) -> Result<(), StoreError> {
     let mut client = connect(config, ctx)?;
@@ -586,10 +762,12 @@ fn read_rows(
         )
         .and_then(|row| row.try_get(0))
         .map_err(|e| ctx.backend("cannot read dpledger_meta.last_seq", &e))?;
-    let mut checker = RowChecker::new(ctx.store.to_string());
+    let compacted = snapshots::compacted_upto(&mut tx, ctx)?;
+    let mut checker = RowChecker::resuming(ctx.store.to_string(), after, compacted);
     {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
         let mut rows = tx
-            .query_raw(SELECT_ROWS, std::iter::empty::<i64>())
+            .query_raw(SELECT_ROWS, [after])
             .map_err(|e| ctx.backend("cannot read dpledger_events", &e))?;
         loop {
             let row = match rows.next() {
@@ -604,7 +782,9 @@ fn read_rows(
                 }
             };
             let raw = raw_row(&row, checker.last_seq() + 1, ctx)?;
-            let record = checker.check(raw)?;
+            let Some(record) = checker.check(raw)? else {
+                continue;
+            };
             if !sink(record) {
                 return Ok(());
             }
@@ -630,7 +810,10 @@ fn read_rows(
 /// until every such writer has committed or rolled back; the snapshot taken after
 /// it contains every commit that was in flight when the load began. Writers that
 /// start later belong to live processes, which see their own results.
-fn wait_for_writers_in_flight(client: &mut Client, ctx: &Ctx<'_>) -> Result<(), StoreError> {
+pub(super) fn wait_for_writers_in_flight(
+    client: &mut Client,
+    ctx: &Ctx<'_>,
+) -> Result<(), StoreError> {
     client
         .query_one(
             "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR SHARE",
@@ -640,7 +823,11 @@ fn wait_for_writers_in_flight(client: &mut Client, ctx: &Ctx<'_>) -> Result<(), 
         .map_err(|e| ctx.backend("cannot wait for writers in flight (last_seq FOR SHARE)", &e))
 }
 
-fn raw_row(row: &postgres::Row, expected_seq: u64, ctx: &Ctx<'_>) -> Result<RawRow, StoreError> {
+pub(super) fn raw_row(
+    row: &postgres::Row,
+    expected_seq: u64,
+    ctx: &Ctx<'_>,
+) -> Result<RawRow, StoreError> {
     let corrupt = |column: &str, e: postgres::Error| StoreError::Corrupt {
         store: ctx.store.to_string(),
         seq: Some(expected_seq),

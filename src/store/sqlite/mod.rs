@@ -23,9 +23,12 @@ use rusqlite::{ffi, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::group::{Backend, BatchResult, GroupWriter};
 use super::{
-    pipelined_load, LoadStats, Prepared, RawRow, Record, RowChecker, Store, StoreError,
-    StoredRecord, SCHEMA_VERSION,
+    pipelined_load, CompactionInfo, LoadStats, Prepared, RawRow, Record, RowChecker, SnapshotInfo,
+    StorageStats, Store, StoreError, StoredRecord, SCHEMA_VERSION,
 };
+
+mod archive;
+mod snapshots;
 
 /// `PRAGMA application_id` of dpledger stores: ASCII `DPLG`.
 pub(crate) const APPLICATION_ID: i32 = 0x4450_4c47;
@@ -57,12 +60,60 @@ const SCHEMA_SQL: &str = "
         ON dpledger_events (dataset, step, coalesce(part, 0)) WHERE kind = 2;
 ";
 
+/// Schema version 2 (snapshots, compactions, indexes); idempotent, run at every
+/// open so that a version-1 store is upgraded in place.
+const UPGRADE_SQL: &str = "
+    CREATE TABLE IF NOT EXISTS dpledger_snapshots (
+        id       INTEGER PRIMARY KEY,
+        dataset  TEXT NOT NULL,
+        seq      INTEGER NOT NULL,
+        created  INTEGER NOT NULL,
+        bytes    INTEGER NOT NULL,
+        sha256   TEXT NOT NULL,
+        pinned   INTEGER NOT NULL DEFAULT 0,
+        complete INTEGER NOT NULL DEFAULT 0
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS dpledger_snapshot_chunks (
+        snapshot INTEGER NOT NULL,
+        idx      INTEGER NOT NULL,
+        data     BLOB NOT NULL,
+        PRIMARY KEY (snapshot, idx)
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS dpledger_compactions (
+        dataset  TEXT PRIMARY KEY,
+        upto     INTEGER NOT NULL,
+        snapshot INTEGER NOT NULL,
+        records  INTEGER NOT NULL,
+        bytes    INTEGER NOT NULL,
+        digest   BLOB NOT NULL,
+        created  INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS dpledger_archive_blocks (
+        dataset  TEXT NOT NULL,
+        block    INTEGER NOT NULL,
+        seq      INTEGER NOT NULL,
+        crc      INTEGER NOT NULL,
+        data     BLOB NOT NULL,
+        PRIMARY KEY (dataset, block)
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS dpledger_archives (
+        dataset  TEXT PRIMARY KEY,
+        seq      INTEGER NOT NULL,
+        blocks   INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX IF NOT EXISTS dpledger_events_dataset ON dpledger_events (dataset, seq);
+    CREATE INDEX IF NOT EXISTS dpledger_events_created ON dpledger_events (seq) WHERE kind = 1;
+    UPDATE dpledger_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
+";
+
 const INSERT_SQL: &str =
     "INSERT INTO dpledger_events (seq, dataset, kind, step, part, payload, crc) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 const SELECT_LAST_SEQ: &str = "SELECT value FROM dpledger_meta WHERE key = 'last_seq'";
-const SELECT_ROWS: &str =
-    "SELECT seq, dataset, kind, step, part, payload, crc FROM dpledger_events ORDER BY seq";
+const SELECT_ROWS: &str = "SELECT seq, dataset, kind, step, part, payload, crc \
+     FROM dpledger_events WHERE seq > ?1 ORDER BY seq";
+const SELECT_DATASET_ROWS: &str = "SELECT seq, dataset, kind, step, part, payload, crc \
+     FROM dpledger_events WHERE dataset = ?1 AND seq > ?2 ORDER BY seq";
 
 /// A SQLite event log; see the [module documentation](self).
 pub(crate) struct SqliteStore {
@@ -94,18 +145,103 @@ impl Store for SqliteStore {
         &self,
         visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
     ) -> Result<LoadStats, StoreError> {
-        let path = self.path.as_path();
-        let name = self.name.as_str();
-        pipelined_load(name, |sink| read_rows(path, name, sink), visit)
+        self.load_after(0, visit)
     }
 
     fn describe(&self) -> String {
         self.name.clone()
     }
+
+    fn load_after(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError> {
+        let path = self.path.as_path();
+        let name = self.name.as_str();
+        pipelined_load(name, |sink| read_rows(path, name, after, sink), visit)
+    }
+
+    fn load_dataset(
+        &self,
+        dataset: &str,
+        after: u64,
+        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
+    ) -> Result<LoadStats, StoreError> {
+        let path = self.path.as_path();
+        let name = self.name.as_str();
+        pipelined_load(
+            name,
+            |sink| snapshots::read_dataset_rows(path, name, dataset, after, sink),
+            visit,
+        )
+    }
+
+    fn dataset_starts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        snapshots::dataset_starts(&self.path, &self.name)
+    }
+
+    fn write_snapshot(
+        &self,
+        dataset: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<SnapshotInfo, StoreError> {
+        snapshots::write_snapshot(&self.path, &self.name, dataset, seq, bytes)
+    }
+
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>, StoreError> {
+        snapshots::list(&self.path, &self.name)
+    }
+
+    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError> {
+        snapshots::read_snapshot(&self.path, &self.name, info)
+    }
+
+    fn delete_snapshot(&self, id: u64) -> Result<(), StoreError> {
+        snapshots::delete_snapshot(&self.path, &self.name, id)
+    }
+
+    fn compactions(&self) -> Result<Vec<CompactionInfo>, StoreError> {
+        snapshots::compactions(&self.path, &self.name)
+    }
+
+    fn compact(&self, snapshot: &SnapshotInfo) -> Result<CompactionInfo, StoreError> {
+        snapshots::compact(&self.path, &self.name, snapshot)
+    }
+
+    fn storage(&self) -> Result<StorageStats, StoreError> {
+        snapshots::storage(&self.path, &self.name)
+    }
+
+    fn put_archive_blocks(
+        &self,
+        dataset: &str,
+        seq: u64,
+        blocks: &[(u64, Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        archive::put_blocks(&self.path, &self.name, dataset, seq, blocks)
+    }
+
+    fn complete_archive(&self, dataset: &str, seq: u64, blocks: u64) -> Result<(), StoreError> {
+        archive::complete(&self.path, &self.name, dataset, seq, blocks)
+    }
+
+    fn archive(&self, dataset: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        archive::info(&self.path, &self.name, dataset)
+    }
+
+    fn read_archive_block(
+        &self,
+        dataset: &str,
+        block: u64,
+    ) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+        archive::read_block(&self.path, &self.name, dataset, block)
+    }
 }
 
 /// Maps a SQLite error, classifying corruption as such.
-fn db_error(store: &str, context: &str, e: &rusqlite::Error) -> StoreError {
+pub(super) fn db_error(store: &str, context: &str, e: &rusqlite::Error) -> StoreError {
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseCorrupt) | Some(ErrorCode::NotADatabase) => StoreError::Corrupt {
             store: store.to_string(),
@@ -159,6 +295,8 @@ impl SqliteBackend {
         .map_err(|e| db_error(store, "cannot open the database", &e))?;
         configure(&conn, store)?;
         check_database(&conn, store)?;
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {UPGRADE_SQL} COMMIT;"))
+            .map_err(|e| db_error(store, "cannot upgrade the schema to version 2", &e))?;
         tracing::info!(store, "opened the event log");
         Ok(SqliteBackend {
             conn,
@@ -532,7 +670,7 @@ fn initialise(tmp: &Path, store: &str) -> Result<(), StoreError> {
     configure(&conn, store)?;
     let sql = format!(
         "BEGIN; {SCHEMA_SQL} INSERT INTO dpledger_meta (key, value) VALUES \
-         ('schema_version', {SCHEMA_VERSION}), ('last_seq', 0); COMMIT;"
+         ('schema_version', {SCHEMA_VERSION}), ('last_seq', 0); {UPGRADE_SQL} COMMIT;"
     );
     conn.execute_batch(&sql)
         .map_err(|e| db_error(store, "cannot create the tables", &e))?;
@@ -568,29 +706,24 @@ fn link_into_place(tmp: &Path, path: &Path, store: &str) -> Result<(), StoreErro
 fn read_rows(
     path: &Path,
     store: &str,
+    after: u64,
     sink: &mut dyn FnMut(StoredRecord) -> bool,
 ) -> Result<(), StoreError> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| db_error(store, "cannot open the database for loading", &e))?;
-    conn.busy_timeout(BUSY_TIMEOUT)
-        .map_err(|e| db_error(store, "cannot set busy_timeout", &e))?;
-    conn.pragma_update(None, "query_only", true)
-        .map_err(|e| db_error(store, "cannot set query_only", &e))?;
+    let conn = open_reader(path, store)?;
     conn.execute_batch("BEGIN")
         .map_err(|e| db_error(store, "cannot begin the read transaction", &e))?;
     let last: i64 = conn
         .query_row(SELECT_LAST_SEQ, [], |r| r.get(0))
         .map_err(|e| db_error(store, "cannot read dpledger_meta.last_seq", &e))?;
-    let mut checker = RowChecker::new(store.to_string());
+    let compacted = snapshots::compacted_upto(&conn, store)?;
+    let mut checker = RowChecker::resuming(store.to_string(), after, compacted);
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
     {
         let mut stmt = conn
             .prepare(SELECT_ROWS)
             .map_err(|e| db_error(store, "cannot read dpledger_events", &e))?;
         let mut rows = stmt
-            .query([])
+            .query([after])
             .map_err(|e| db_error(store, "cannot read dpledger_events", &e))?;
         loop {
             let row = match rows.next() {
@@ -605,7 +738,9 @@ fn read_rows(
                 }
             };
             let raw = raw_row(row, checker.last_seq() + 1, store)?;
-            let record = checker.check(raw)?;
+            let Some(record) = checker.check(raw)? else {
+                continue;
+            };
             if !sink(record) {
                 return Ok(());
             }
@@ -617,9 +752,34 @@ fn read_rows(
     Ok(())
 }
 
+/// A read-only connection of its own (loads and snapshot reads run beside the
+/// writer thread).
+fn open_reader(path: &Path, store: &str) -> Result<Connection, StoreError> {
+    let conn = open_connection(path, store)?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(|e| db_error(store, "cannot set query_only", &e))?;
+    Ok(conn)
+}
+
+/// A connection of its own to an existing store, waiting for the writer's locks.
+fn open_connection(path: &Path, store: &str) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| db_error(store, "cannot open the database", &e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| db_error(store, "cannot set busy_timeout", &e))?;
+    Ok(conn)
+}
+
 /// Extracts a row's columns without conversions, so wrong types are reported as
 /// corruption of that row.
-fn raw_row(row: &rusqlite::Row<'_>, expected_seq: u64, store: &str) -> Result<RawRow, StoreError> {
+pub(super) fn raw_row(
+    row: &rusqlite::Row<'_>,
+    expected_seq: u64,
+    store: &str,
+) -> Result<RawRow, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         store: store.to_string(),
         seq: Some(expected_seq),

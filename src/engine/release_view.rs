@@ -1,0 +1,219 @@
+//! A curator's release computed while steps keep flowing (issue 16, item 4).
+//!
+//! A release's work is an `O(n × #orders)` pass over every example's RDP (0.2 s
+//! per million examples) plus the statistics. Holding the dataset's write lock
+//! for all of it made every step wait behind dashboards. Instead:
+//!
+//! 1. **Open** (write lock, `O(#orders)`): the checks (budget, labels, pending
+//!    parts, retirements), then a view of the ledger at the current step
+//!    ([`Ledger::open_view`]) and what the worst case needs (its RDP and the
+//!    PLD events at that step), and the labels for a by-group release.
+//! 2. **Compute** (no write lock): the PLD worst case `B` (cached, FFTs), every
+//!    example's epsilon from the view in chunks of [`CHUNK`] examples, each
+//!    under the read lock for about half a millisecond, so steps interleave; then
+//!    the DP statistics.
+//! 3. **Commit** (write lock): close the view, check the budget and the charge
+//!    again against the ledger as it is now (a step or another release may have
+//!    come in between), then persist and charge as one record, exactly as a
+//!    release under the lock. The record names the step its values describe.
+//!
+//! So the release describes the ledger at one step (a consistent view), and its
+//! charge is in the log once, after everything the log held before it: the
+//! charge is uniform over examples and composition does not depend on order, so
+//! steps in between change nothing about what it costs.
+
+use super::bounds::blocking;
+use super::dataset::Dataset;
+use super::error::{EngineError, EngineResult};
+use super::releases::{check_bound, check_budget, check_charge, check_labels, now_secs};
+use super::{Engine, ReleaseOutcome};
+use crate::accounting::pld::PldEvent;
+use crate::accounting::Conversion;
+use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
+use crate::ledger::{ViewToken, WorstCase};
+use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
+use rand::SeedableRng;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Examples per read-locked chunk of the epsilon pass. An example costs about
+/// a microsecond at 64 orders (its RDP row and the conversion's logarithms), so
+/// a step waits at most about half a millisecond for the release.
+pub const CHUNK: usize = 512;
+
+/// How long a commit waits for an incomplete multi-part step to complete
+/// before refusing the release (the charge cannot land in the middle of one).
+const PENDING_WAIT: Duration = Duration::from_secs(10);
+
+/// An open view and what the release fixed when it opened it. Dropping it
+/// without committing closes the view (on a task, as that needs the lock).
+struct OpenView {
+    ds: Arc<Dataset>,
+    token: ViewToken,
+    delta: f64,
+    /// The RDP worst case at the view's step.
+    rdp_worst: WorstCase,
+    /// `(steps, releases)` at the view's step, and the PLD events then (taken
+    /// only when the cache has no PLD worst case for them).
+    pld_at: (u64, u64),
+    pld_events: Option<Vec<PldEvent>>,
+    /// A by-group release's labels, as at the view's step.
+    labels: Option<Labels>,
+    examples: usize,
+    open: bool,
+}
+
+impl Drop for OpenView {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        let token = self.token;
+        if let Ok(mut ledger) = self.ds.ledger.try_write() {
+            ledger.close_view(token);
+            return;
+        }
+        let ds = self.ds.clone();
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                ds.ledger.write().await.close_view(token);
+            });
+        }
+    }
+}
+
+impl Engine {
+    /// Publish a release requested by a curator, computed from a view of the
+    /// ledger so that steps keep flowing meanwhile (module note).
+    pub async fn release(
+        &self,
+        id: &str,
+        mut request: ReleaseRequest,
+    ) -> EngineResult<ReleaseOutcome> {
+        request.validate()?;
+        let ds = self.writable(id)?;
+        // One release at a time per dataset (one view per ledger).
+        let _turn = ds.release_turn.lock().await;
+        let mut view = self.open_release_view(&ds, &request).await?;
+        let conversion = Conversion::default();
+        let pld_events = view.pld_events.take();
+        let pld = blocking(|| ds.pld_worst_case_of(view.pld_at, || pld_events, view.delta));
+        let worst = combine_worst_case(view.rdp_worst.clone(), pld);
+        let bound = worst.epsilon;
+        check_bound(view.token.step(), bound, view.delta)?;
+        let pld_epsilon = worst.pld.map(|p| p.epsilon);
+        let mut epsilons = Vec::with_capacity(view.examples);
+        for start in (0..view.examples).step_by(CHUNK) {
+            let ledger = ds.ledger.read().await;
+            blocking(|| {
+                ledger.view_epsilons(
+                    view.token,
+                    start..start + CHUNK,
+                    view.delta,
+                    conversion,
+                    &mut epsilons,
+                )
+            })
+            .map_err(|_| reloaded())?;
+        }
+        for e in &mut epsilons {
+            *e = bounded_epsilon(*e, pld_epsilon).0;
+        }
+        let labels = view.labels.take().unwrap_or_default();
+        let values = blocking(|| {
+            let mut rng = rand::rngs::StdRng::from_os_rng();
+            compute(&mut rng, &request, &epsilons, bound, &labels)
+        });
+        drop(epsilons);
+        let release = Release {
+            id: 0, // numbered at commit
+            step: view.token.step(),
+            released_at: 0,
+            trigger: ReleaseTrigger::Request,
+            delta: view.delta,
+            bound,
+            rho: request.rho(),
+            request,
+            values,
+        };
+        self.commit_release(&mut view, release).await
+    }
+
+    /// Step 1: the checks, then the view (write lock, `O(#orders)`).
+    async fn open_release_view(
+        &self,
+        ds: &Arc<Dataset>,
+        request: &ReleaseRequest,
+    ) -> EngineResult<OpenView> {
+        let mut ledger = ds.ledger.write().await;
+        self.locked_checks(ds, &mut ledger).await?;
+        let rho = request.rho();
+        let labels = {
+            let book = ds.book_read();
+            check_budget(ds, &book, rho)?;
+            check_labels(ds, &book, request.by_group)?;
+            request.by_group.then(|| book.labels.clone())
+        };
+        check_charge(&ledger, rho)?;
+        let delta = request.delta.unwrap_or(ledger.config().delta);
+        let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
+        let pld_at = (ledger.next_step(), ledger.releases());
+        let cached = ds.pld_cached(pld_at, delta);
+        let pld_events = if cached { None } else { ledger.pld_events() };
+        let token = ledger.open_view()?;
+        Ok(OpenView {
+            ds: ds.clone(),
+            token,
+            delta,
+            rdp_worst,
+            pld_at,
+            pld_events,
+            labels,
+            examples: ledger.examples() as usize,
+            open: true,
+        })
+    }
+
+    /// Step 3: close the view, check again against the ledger as it is now,
+    /// then persist and charge (write lock).
+    async fn commit_release(
+        &self,
+        view: &mut OpenView,
+        mut release: Release,
+    ) -> EngineResult<ReleaseOutcome> {
+        let ds = view.ds.clone();
+        let waited_since = std::time::Instant::now();
+        let mut ledger = loop {
+            let mut ledger = ds.ledger.write().await;
+            if view.open {
+                view.open = false;
+                if !ledger.close_view(view.token) {
+                    return Err(reloaded());
+                }
+            }
+            self.locked_checks(&ds, &mut ledger).await?;
+            match ledger.check_release() {
+                Err(_) if waited_since.elapsed() < PENDING_WAIT => {
+                    drop(ledger);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                _ => break ledger,
+            }
+        };
+        {
+            let book = ds.book_read();
+            check_budget(&ds, &book, release.rho)?;
+            release.id = book.budget.releases + 1;
+        }
+        check_charge(&ledger, release.rho)?;
+        release.released_at = now_secs();
+        self.publish(&ds, &mut ledger, release).await
+    }
+}
+
+/// The view was lost: the dataset was reloaded from the log meanwhile.
+fn reloaded() -> EngineError {
+    EngineError::Unavailable(
+        "the dataset was reloaded from the log while the release was computed: retry".to_string(),
+    )
+}

@@ -1,0 +1,181 @@
+//! What an archived ledger's queries need once the ledger is out of memory
+//! (issue 16, item 2): per example, its final RDP vector, flags, threshold and
+//! PLD-estimate input ([`ArchivedExample`], kept in the store); for the dataset,
+//! the few kilobytes every answer shares ([`ArchiveSummary`], kept in memory).
+//! Answers computed from them go through the same functions as the live
+//! ledger's, so they are bit for bit the same.
+
+use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
+use super::query::{privacy_of, worst_case_of, ExampleFacts};
+use super::{Accrual, Ledger};
+use crate::accounting::conversion::Conversion;
+use crate::accounting::grid::BucketGrid;
+use crate::accounting::pld::PldEvent;
+use crate::ledger::config::{Clipping, DatasetConfig};
+use crate::ledger::error::LedgerError;
+use crate::ledger::estimate::{EstimateInput, LevelSteps};
+use crate::ledger::protocol::{ExamplePrivacy, WorstCase};
+use serde::{Deserialize, Serialize};
+
+/// One example of an archived dataset, as its queries need it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArchivedExample {
+    /// Its RDP at the final step, releases included; `None` when it is exactly
+    /// the worst case's (an example only ever charged at the top bucket).
+    pub rdp: Option<Vec<f64>>,
+    /// Retired by the individual filter.
+    pub retired: bool,
+    /// Pushed past its individual budget.
+    pub over_budget: bool,
+    /// Its final clipping threshold.
+    pub threshold: f64,
+    /// What its PLD estimate composes (steps per segment and level), or why
+    /// there is none.
+    pub levels: Result<Vec<LevelSteps>, String>,
+}
+
+/// What every answer about an archived dataset shares.
+#[derive(Debug, Clone)]
+pub struct ArchiveSummary {
+    /// Its configuration.
+    pub config: DatasetConfig,
+    orders: Vec<f64>,
+    steps: u64,
+    releases: u64,
+    worst_rdp: Vec<f64>,
+    pld_events: Option<Vec<PldEvent>>,
+    release_events: Option<Vec<PldEvent>>,
+    grid: BucketGrid,
+}
+
+impl Ledger {
+    /// Example `id` as an archived dataset's queries need it.
+    pub fn archived_example(&self, id: u64) -> Result<ArchivedExample, LedgerError> {
+        let i = self.check_id(id)?;
+        let f = self.flags[i];
+        let top_only =
+            matches!(self.accrual, Accrual::Poisson(_)) && f & ALL_TOP != 0 && f & RETIRED == 0;
+        let rdp = (!top_only).then(|| {
+            let mut rdp = vec![0.0; self.m];
+            self.rdp_into(i, &mut rdp);
+            rdp
+        });
+        Ok(ArchivedExample {
+            rdp,
+            retired: f & RETIRED != 0,
+            over_budget: f & OVER_BUDGET != 0,
+            threshold: self.grid.value(self.bucket[i]),
+            levels: self.estimate_input(id)?.map(|input| input.levels),
+        })
+    }
+
+    /// The dataset-level part of an archived dataset's answers.
+    pub fn archive_summary(&self) -> ArchiveSummary {
+        ArchiveSummary {
+            config: self.config.clone(),
+            orders: self.orders.clone(),
+            steps: self.next_step,
+            releases: self.releases,
+            worst_rdp: self.worst_case_rdp(),
+            pld_events: self.pld_events(),
+            release_events: self.pld.release_events(),
+            grid: self.grid,
+        }
+    }
+}
+
+impl ArchiveSummary {
+    /// Examples in the dataset.
+    pub fn examples(&self) -> u64 {
+        self.config.examples
+    }
+
+    /// Steps applied.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Releases charged.
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
+    /// The PLD events of the worst case (`None`: a release had none).
+    pub fn pld_events(&self) -> Option<Vec<PldEvent>> {
+        self.pld_events.clone()
+    }
+
+    /// Refuse an id the dataset does not have, as the live ledger does.
+    pub fn check_id(&self, id: u64) -> Result<(), LedgerError> {
+        if id >= self.config.examples {
+            return Err(LedgerError::invalid(
+                "id",
+                format!(
+                    "{id} is out of range: the dataset has {} examples",
+                    self.config.examples
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Example `id`'s privacy, as [`Ledger::privacy`] gave it at the end.
+    pub fn privacy(
+        &self,
+        id: u64,
+        example: &ArchivedExample,
+        delta: f64,
+        conversion: Conversion,
+    ) -> Result<ExamplePrivacy, LedgerError> {
+        Ledger::check_delta(delta)?;
+        self.check_id(id)?;
+        let rdp = example
+            .rdp
+            .clone()
+            .unwrap_or_else(|| self.worst_rdp.clone());
+        if rdp.len() != self.orders.len() {
+            return Err(LedgerError::invalid(
+                "rdp",
+                "an archived example's RDP does not fit the dataset's orders",
+            ));
+        }
+        Ok(privacy_of(
+            id,
+            rdp,
+            &self.orders,
+            delta,
+            conversion,
+            ExampleFacts {
+                steps: self.steps,
+                retired: example.retired,
+                over_budget: example.over_budget,
+                threshold: example.threshold,
+                guarantee: self.config.clipping == Clipping::PerExample,
+            },
+        ))
+    }
+
+    /// The worst case, as [`Ledger::worst_case`] gave it at the end.
+    pub fn worst_case(&self, delta: f64, conversion: Conversion) -> Result<WorstCase, LedgerError> {
+        Ledger::check_delta(delta)?;
+        Ok(worst_case_of(
+            self.worst_rdp.clone(),
+            &self.orders,
+            delta,
+            conversion,
+            self.steps,
+        ))
+    }
+
+    /// Example's PLD-estimate input, as [`Ledger::estimate_input`] gave it.
+    pub fn estimate_input(&self, example: &ArchivedExample) -> Result<EstimateInput, String> {
+        let levels = example.levels.clone()?;
+        Ok(EstimateInput {
+            levels,
+            release_events: self.release_events.clone().unwrap_or_default(),
+            releases: self.releases,
+            dataset_steps: self.steps,
+            grid: self.grid,
+        })
+    }
+}

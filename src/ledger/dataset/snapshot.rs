@@ -1,0 +1,266 @@
+//! A ledger's whole state as bytes, and back (issue 16, snapshots).
+//!
+//! Restarting a service that has seen a hundred million reported norms by
+//! replaying its log takes tens of seconds; loading the state the log led to
+//! takes about as long as reading it. The encoding has two parts:
+//!
+//! * a header, MessagePack (self-describing, so the serde attributes of the
+//!   configuration and answers keep working), with everything but the
+//!   per-example columns: configuration, hyperparameters, prefix-sum segments
+//!   (their tables are recomputed or taken from the cache on load, never
+//!   stored), the filter, pending parts, the retry window, the PLD history and
+//!   the level history;
+//! * the per-example columns as raw little-endian arrays, copied, not parsed:
+//!   `bucket` (u32), `since` (u64), `flags` (u8) and `acc` (f64, `n × #orders`).
+//!
+//! Floating-point values are stored as their bits (MessagePack f64 and raw
+//! columns), so a loaded ledger is bit-identical to the one encoded: every
+//! later step, query and release gives what the original would have given.
+//! Integrity is the store's job (a SHA-256 of the bytes, see
+//! `store::snapshots`); [`Ledger::from_snapshot`] still refuses any image whose
+//! shape does not fit its configuration rather than serve numbers from it.
+
+use super::levels::LevelHistory;
+use super::parts::{Pending, PendingPart, StepRecord};
+use super::shuffle::ShuffleState;
+use super::{table_cache, Accrual, Ledger, StepParams};
+use crate::accounting::table::StepMechanism;
+use crate::ledger::config::{DatasetConfig, Sampling};
+use crate::ledger::filter::Filter;
+use crate::ledger::pld_events::PldHistory;
+use crate::ledger::prefix::PrefixSums;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// First bytes of every ledger image.
+const MAGIC: &[u8; 4] = b"DPLS";
+/// Version of the image layout; an image of another version is refused.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// Everything but the per-example columns.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    config: DatasetConfig,
+    n: u64,
+    m: u64,
+    current: StepMechanism,
+    default: StepMechanism,
+    next_step: u64,
+    release: Vec<f64>,
+    releases: u64,
+    filter: Option<Filter>,
+    pending: Option<PendingImage>,
+    history: Vec<StepRecord>,
+    retired: u64,
+    over_budget: u64,
+    pld: PldHistory,
+    levels: LevelHistory,
+    accrual: AccrualImage,
+}
+
+/// The accrual state without its tables.
+#[derive(Serialize, Deserialize)]
+enum AccrualImage {
+    Poisson(Vec<(u64, StepMechanism, Vec<f64>)>),
+    Shuffle(ShuffleState),
+}
+
+/// A multi-part step in progress, without its table.
+#[derive(Serialize, Deserialize)]
+struct PendingImage {
+    step: u64,
+    count: u32,
+    noise_bits: Option<u64>,
+    rate_bits: Option<u64>,
+    mechanism: StepMechanism,
+    parts: Vec<Option<PendingPart>>,
+    received: u32,
+}
+
+/// Why an image could not be turned back into a ledger.
+#[derive(Debug, thiserror::Error)]
+#[error("ledger snapshot: {0}")]
+pub struct SnapshotError(String);
+
+fn bad(detail: impl Into<String>) -> SnapshotError {
+    SnapshotError(detail.into())
+}
+
+impl Ledger {
+    /// The ledger's whole state as bytes (see the module documentation). Costs
+    /// one pass over the columns, about a memory copy of the ledger.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_snapshot(&mut out);
+        out
+    }
+
+    /// [`Ledger::to_snapshot`], appended to `out` (a caller framing the image
+    /// with more data avoids a second copy).
+    pub fn write_snapshot(&self, out: &mut Vec<u8>) {
+        let header = Header {
+            config: self.config.clone(),
+            n: self.n as u64,
+            m: self.m as u64,
+            current: self.current.mechanism,
+            default: self.default.mechanism,
+            next_step: self.next_step,
+            release: self.release.clone(),
+            releases: self.releases,
+            filter: self.filter.clone(),
+            pending: self.pending.as_ref().map(|p| PendingImage {
+                step: p.step,
+                count: p.count,
+                noise_bits: p.noise_bits,
+                rate_bits: p.rate_bits,
+                mechanism: p.params.mechanism,
+                parts: p.parts.clone(),
+                received: p.received,
+            }),
+            history: self.history.iter().cloned().collect(),
+            retired: self.retired,
+            over_budget: self.over_budget,
+            pld: self.pld.clone(),
+            levels: self.levels.clone(),
+            accrual: match &self.accrual {
+                Accrual::Poisson(p) => AccrualImage::Poisson(p.image()),
+                Accrual::Shuffle(s) => AccrualImage::Shuffle(s.clone()),
+            },
+        };
+        // Serializing plain data into a Vec cannot fail.
+        let head = rmp_serde::to_vec_named(&header).expect("ledger header serializes");
+        let columns = self.n * (4 + 8 + 1) + self.acc.len() * 8;
+        out.reserve(16 + head.len() + columns);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&SNAPSHOT_FORMAT.to_le_bytes());
+        out.extend_from_slice(&(head.len() as u64).to_le_bytes());
+        out.extend_from_slice(&head);
+        for b in &self.bucket {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        for s in &self.since {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        out.extend_from_slice(&self.flags);
+        for a in &self.acc {
+            out.extend_from_slice(&a.to_le_bytes());
+        }
+    }
+
+    /// The ledger an image of [`Ledger::to_snapshot`] describes. Refuses an image
+    /// of another format or whose parts do not fit its configuration.
+    pub fn from_snapshot(bytes: &[u8]) -> Result<Ledger, SnapshotError> {
+        if bytes.len() < 16 || &bytes[..4] != MAGIC {
+            return Err(bad("not a ledger image"));
+        }
+        let format = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+        if format != SNAPSHOT_FORMAT {
+            return Err(bad(format!(
+                "image format {format}, this build reads {SNAPSHOT_FORMAT}"
+            )));
+        }
+        let head_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+        let head_end = usize::try_from(head_len)
+            .ok()
+            .and_then(|l| l.checked_add(16))
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| bad("header runs past the end"))?;
+        let header: Header =
+            rmp_serde::from_slice(&bytes[16..head_end]).map_err(|e| bad(format!("header: {e}")))?;
+        let mut columns = Columns {
+            rest: &bytes[head_end..],
+        };
+        let fresh = Ledger::new(header.config.clone()).map_err(|e| bad(e.to_string()))?;
+        let (n, m) = (fresh.n, fresh.m);
+        if header.n != n as u64 || header.m != m as u64 || header.release.len() != m {
+            return Err(bad("dimensions do not match the configuration"));
+        }
+        let mut ledger = fresh;
+        let grid = ledger.grid;
+        let orders = ledger.orders.clone();
+        let table = |mechanism: StepMechanism| table_cache().get(&grid, mechanism, &orders);
+        columns.fill(&mut ledger.bucket, u32::from_le_bytes)?;
+        columns.fill(&mut ledger.since, u64::from_le_bytes)?;
+        columns.fill(&mut ledger.flags, u8::from_le_bytes)?;
+        columns.fill(&mut ledger.acc, f64::from_le_bytes)?;
+        if !columns.rest.is_empty() {
+            return Err(bad("bytes after the last column"));
+        }
+        if ledger.bucket.iter().any(|&b| b > ledger.top) {
+            return Err(bad("a threshold bucket beyond the grid"));
+        }
+        ledger.accrual = match (header.accrual, &header.config.sampling) {
+            (AccrualImage::Poisson(segments), Sampling::Poisson { .. }) => Accrual::Poisson(
+                PrefixSums::from_image(segments, ledger.grid.len(), m, table)
+                    .ok_or_else(|| bad("malformed prefix sums"))?,
+            ),
+            (AccrualImage::Shuffle(state), Sampling::Shuffle { .. }) => Accrual::Shuffle(state),
+            _ => return Err(bad("accrual does not match the sampling")),
+        };
+        ledger.current = StepParams {
+            mechanism: header.current,
+            table: table(header.current),
+        };
+        ledger.default = StepParams {
+            mechanism: header.default,
+            table: table(header.default),
+        };
+        if let Some(filter) = &header.filter {
+            if filter.predicted.len() != n || filter.index >= m {
+                return Err(bad("filter does not match the configuration"));
+            }
+        }
+        ledger.pending = header.pending.map(|p| Pending {
+            step: p.step,
+            count: p.count,
+            noise_bits: p.noise_bits,
+            rate_bits: p.rate_bits,
+            params: StepParams {
+                mechanism: p.mechanism,
+                table: table(p.mechanism),
+            },
+            parts: p.parts,
+            received: p.received,
+        });
+        let poisson = matches!(ledger.accrual, Accrual::Poisson(_));
+        if !header.levels.fits(n, poisson) {
+            return Err(bad("level history does not match the configuration"));
+        }
+        ledger.next_step = header.next_step;
+        ledger.release = header.release;
+        ledger.releases = header.releases;
+        ledger.filter = header.filter;
+        ledger.history = VecDeque::from(header.history);
+        ledger.retired = header.retired;
+        ledger.over_budget = header.over_budget;
+        ledger.pld = header.pld;
+        ledger.levels = header.levels;
+        Ok(ledger)
+    }
+}
+
+/// The raw columns after the header, consumed in order.
+struct Columns<'a> {
+    rest: &'a [u8],
+}
+
+impl Columns<'_> {
+    /// Overwrite `column` (already of its final length) from the next bytes.
+    fn fill<T, const W: usize>(
+        &mut self,
+        column: &mut [T],
+        decode: fn([u8; W]) -> T,
+    ) -> Result<(), SnapshotError> {
+        let len = column
+            .len()
+            .checked_mul(W)
+            .filter(|&l| l <= self.rest.len())
+            .ok_or_else(|| bad("a column is cut short"))?;
+        let (head, rest) = self.rest.split_at(len);
+        for (slot, chunk) in column.iter_mut().zip(head.chunks_exact(W)) {
+            *slot = decode(chunk.try_into().expect("chunk of W bytes"));
+        }
+        self.rest = rest;
+        Ok(())
+    }
+}

@@ -1,0 +1,308 @@
+//! A consistent view of every example's RDP at one step while later steps go on
+//! (issue 16, item 4): a release computes its `O(n × #orders)` pass from the view,
+//! in chunks under the dataset's read lock, instead of holding the write lock for
+//! the whole pass, so steps keep flowing while it runs.
+//!
+//! Opening a view records the step and the release offset. While it is open a
+//! step (or refresh, or retirement) saves an example's state — threshold bucket,
+//! `since`, flags and RDP row — before it changes it for the first time, which
+//! costs `O(batch × #orders)` on the step and nothing when no view is open. The
+//! view then reads, for every example, the state it had at the view's step: the
+//! saved copy when the example changed since, the live columns otherwise (they
+//! have not changed). The prefix sums only grow, so `P(step)` is still at hand;
+//! compaction, which rewrites every example and drops old segments, waits until
+//! the view is closed. At most one view is open per ledger.
+
+use super::columns::{ALL_TOP, RETIRED};
+use super::{Accrual, Ledger};
+use crate::accounting::conversion::Conversion;
+use crate::ledger::convert::Converter;
+use crate::ledger::error::LedgerError;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The step at which an example's RDP is read, and through which segment.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum At {
+    /// The live ledger at step `t` (its current step).
+    Now(u64),
+    /// A view at step `t`: as the ledger computed it before any step `t` began.
+    Before(u64),
+}
+
+/// Names an open view; a token whose view was closed (or whose ledger was
+/// replaced by a reload) reads nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewToken {
+    serial: u64,
+    step: u64,
+}
+
+impl ViewToken {
+    /// The step the view shows: every example as it was before step `step`.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+}
+
+/// Hashes an example id for the saved-state map: ids are small dense integers,
+/// so a multiplication spreads them well, at a fraction of SipHash's cost on a
+/// lookup the release makes for every saved example.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// An example's saved `(bucket, since, flags)`.
+type SavedState = (u32, u64, u8);
+
+/// An open view (see the module note).
+#[derive(Debug)]
+pub(super) struct EpochView {
+    token: ViewToken,
+    /// The release offset at the view's step.
+    release: Vec<f64>,
+    /// One bit per example: saved since the view opened (the common case of a
+    /// read, not saved, costs one bit test).
+    changed: Vec<u64>,
+    /// Where each saved example's state is in `rows`/`states`.
+    slot: HashMap<u32, u32, BuildHasherDefault<IdHasher>>,
+    /// Saved states, by slot.
+    states: Vec<SavedState>,
+    /// Saved RDP rows, by slot (`#orders` each), in one allocation.
+    rows: Vec<f64>,
+    /// Examples below this id were read already; their changes need no copy.
+    read_below: AtomicUsize,
+}
+
+impl Clone for EpochView {
+    fn clone(&self) -> Self {
+        EpochView {
+            token: self.token,
+            release: self.release.clone(),
+            changed: self.changed.clone(),
+            slot: self.slot.clone(),
+            states: self.states.clone(),
+            rows: self.rows.clone(),
+            read_below: AtomicUsize::new(self.read_below.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl EpochView {
+    /// Keep example `i`'s state unless it was kept already (the first save is the
+    /// state at the view's step) or the view has read it already. The caller is
+    /// about to change it.
+    #[inline]
+    pub(super) fn save(&mut self, i: usize, bucket: u32, since: u64, flags: u8, acc: &[f64]) {
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        if self.changed[word] & bit != 0 || i < self.read_below.load(Ordering::Acquire) {
+            return;
+        }
+        self.changed[word] |= bit;
+        self.slot.insert(i as u32, self.states.len() as u32);
+        self.states.push((bucket, since, flags));
+        self.rows.extend_from_slice(acc);
+    }
+
+    /// Example `i`'s saved state, if it changed since the view opened.
+    #[inline]
+    fn saved(&self, i: usize, m: usize) -> Option<(SavedState, &[f64])> {
+        if self.changed[i / 64] & (1u64 << (i % 64)) == 0 {
+            return None;
+        }
+        let k = *self.slot.get(&(i as u32))? as usize;
+        Some((self.states[k], &self.rows[k * m..(k + 1) * m]))
+    }
+
+    /// Heap bytes held by the view.
+    pub(super) fn bytes(&self) -> usize {
+        self.rows.capacity() * 8
+            + self.states.capacity() * std::mem::size_of::<SavedState>()
+            + self.slot.capacity() * 16
+            + self.changed.capacity() * 8
+            + self.release.capacity() * 8
+    }
+}
+
+/// Save example `i` into the open view, if any, before changing it. A macro over
+/// the ledger's fields (not a method) so that callers holding borrows of other
+/// fields (the prefix sums, the filter) can use it.
+macro_rules! save_for_view {
+    ($ledger:expr, $i:expr) => {
+        if let Some(view) = $ledger.view.as_mut() {
+            let i: usize = $i;
+            let m = $ledger.m;
+            view.save(
+                i,
+                $ledger.bucket[i],
+                $ledger.since[i],
+                $ledger.flags[i],
+                &$ledger.acc[i * m..(i + 1) * m],
+            );
+        }
+    };
+}
+pub(super) use save_for_view;
+
+impl Ledger {
+    /// Open a view of every example at the current step. Refused while another
+    /// view is open (releases take turns) or while a multi-part step is
+    /// incomplete (a release could not be charged then).
+    pub fn open_view(&mut self) -> Result<ViewToken, LedgerError> {
+        self.refuse_if_pending("a release")?;
+        if let Some(v) = &self.view {
+            return Err(LedgerError::Conflict {
+                step: self.next_step,
+                reason: format!(
+                    "a release computed from step {} is still in progress",
+                    v.token.step
+                ),
+            });
+        }
+        self.view_serial += 1;
+        let token = ViewToken {
+            serial: self.view_serial,
+            step: self.next_step,
+        };
+        self.view = Some(EpochView {
+            token,
+            release: self.release.clone(),
+            changed: vec![0; self.n.div_ceil(64)],
+            slot: HashMap::default(),
+            states: Vec::new(),
+            rows: Vec::new(),
+            read_below: AtomicUsize::new(0),
+        });
+        Ok(token)
+    }
+
+    /// Close the view `token` names; `false` when it is not open (closed before,
+    /// or the ledger was reloaded since). Compaction held back by the view runs
+    /// at the next step.
+    pub fn close_view(&mut self, token: ViewToken) -> bool {
+        if self.view.as_ref().is_some_and(|v| v.token == token) {
+            self.view = None;
+            return true;
+        }
+        false
+    }
+
+    /// Whether a view is open (a release is computing from it).
+    pub fn has_view(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// Examples whose state the open view keeps a copy of (changed since it opened).
+    pub fn view_saved(&self) -> usize {
+        self.view.as_ref().map_or(0, |v| v.states.len())
+    }
+
+    /// Epsilons of the examples in `ids` as they were at the view's step, appended
+    /// to `out`: `O(|ids| × #orders)`. Bit for bit what [`Ledger::epsilons`] gave
+    /// at that step. A view is read once, in order: `ids` starts where the last
+    /// read ended (at 0 the first time), so that steps need not keep copies of
+    /// examples already read. Refused when the view is not open or `ids` does
+    /// not continue the reading.
+    pub fn view_epsilons(
+        &self,
+        token: ViewToken,
+        ids: Range<usize>,
+        delta: f64,
+        conversion: Conversion,
+        out: &mut Vec<f64>,
+    ) -> Result<(), LedgerError> {
+        Self::check_delta(delta)?;
+        let view = self
+            .view
+            .as_ref()
+            .filter(|v| v.token == token)
+            .ok_or_else(|| LedgerError::Conflict {
+                step: self.next_step,
+                reason: "the release's view of the ledger was closed (the dataset was reloaded)"
+                    .to_string(),
+            })?;
+        let end = ids.end.min(self.n).max(ids.start);
+        let read = view.read_below.load(Ordering::Acquire);
+        if ids.start != read {
+            return Err(LedgerError::Conflict {
+                step: self.next_step,
+                reason: format!(
+                    "a view is read once, in order: the next read starts at {read}, not {}",
+                    ids.start
+                ),
+            });
+        }
+        let conv = Converter::new(&self.orders, delta, conversion);
+        let m = self.m;
+        let mut rdp = vec![0.0; m];
+        for i in ids.start..end {
+            let ((bucket, since, flags), acc) = view.saved(i, m).unwrap_or((
+                (self.bucket[i], self.since[i], self.flags[i]),
+                &self.acc[i * m..(i + 1) * m],
+            ));
+            self.rdp_of_state(
+                bucket,
+                since,
+                flags,
+                acc,
+                At::Before(token.step),
+                &view.release,
+                &mut rdp,
+            );
+            out.push(conv.epsilon(&rdp).epsilon);
+        }
+        view.read_below.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    /// An example's RDP vector at step `at` from its state (threshold bucket,
+    /// `since`, flags, accumulated row) and the release offset: the one expression
+    /// behind every per-example query, live or through a view.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rdp_of_state(
+        &self,
+        bucket: u32,
+        since: u64,
+        flags: u8,
+        acc: &[f64],
+        at: At,
+        release: &[f64],
+        out: &mut [f64],
+    ) {
+        match &self.accrual {
+            Accrual::Poisson(prefix) => {
+                let (st, now) = match at {
+                    At::Now(t) => (prefix.index_of(t), t),
+                    At::Before(t) => (prefix.index_before(t), t),
+                };
+                if flags & ALL_TOP != 0 && flags & RETIRED == 0 {
+                    prefix.prefix_in(st, now, self.top, out);
+                } else {
+                    out.copy_from_slice(acc);
+                    if flags & RETIRED == 0 {
+                        prefix.difference_in(st, since, now, bucket, out);
+                    }
+                }
+            }
+            Accrual::Shuffle(_) => out.copy_from_slice(acc),
+        }
+        for (o, &r) in out.iter_mut().zip(release) {
+            *o += r;
+        }
+    }
+}
