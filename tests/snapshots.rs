@@ -124,6 +124,20 @@ fn metric(server: &Server, admin: &str, name: &str) -> f64 {
         .map_or(0.0, |v| v.parse().unwrap())
 }
 
+/// `GET /v1/admin/storage` and the entry of dataset `s` in it.
+fn storage(server: &Server, admin: &str) -> (Value, Value) {
+    let r = get(&format!("{}/v1/admin/storage", server.url), Some(admin));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let entry = r.body["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "s")
+        .cloned()
+        .unwrap_or_else(|| panic!("no dataset s in {}", r.body));
+    (r.body, entry)
+}
+
 /// Wait until the policy has written a snapshot covering everything (and at
 /// least `count` snapshots exist).
 fn wait_for_snapshot(store: &dyn Store, count: usize) -> Vec<store::SnapshotInfo> {
@@ -225,6 +239,25 @@ fn story(dir: &Path, store_url: &str, corrupt: &dyn Fn(u64)) {
     let sizes = store.storage().unwrap();
     assert!(sizes.records > 40, "{sizes:?}");
     assert_eq!(sizes.log_bytes, 0, "{sizes:?}");
+    assert_eq!(sizes.datasets["s"].records, sizes.records, "{sizes:?}");
+    // The admin's storage report says the same, from the server.
+    let (report, s) = storage(&server, &admin);
+    assert_eq!(report["log_records"], json!(sizes.records), "{report}");
+    assert_eq!(report["log_bytes"], json!(0), "{report}");
+    assert_eq!(
+        report["snapshot_bytes"],
+        json!(sizes.snapshot_bytes),
+        "{report}"
+    );
+    assert!(sizes.snapshot_bytes > 0, "{sizes:?}");
+    assert_eq!(s["log_records"], json!(sizes.records), "{s}");
+    assert_eq!(s["newest_snapshot"]["id"], json!(snaps[0].id), "{s}");
+    assert_eq!(s["newest_snapshot"]["pinned"], json!(true), "{s}");
+    assert_eq!(s["newest_snapshot"]["seq"], s["last_seq"], "{s}");
+    assert_eq!(s["records_since_snapshot"], json!(0), "{s}");
+    assert_eq!(s["paged_out"], json!(false), "{s}");
+    assert_eq!(s["examples"], json!(N), "{s}");
+    assert_eq!(s["steps"], json!(41), "{s}");
     server.restart();
     assert_eq!(observe(&server, &admin), served, "restart after compaction");
     // The policy's pruning never deletes the pinned snapshot.
@@ -388,6 +421,8 @@ fn idle_datasets_leave_memory_and_come_back_exactly() {
             "1",
             "--page-out-archived-seconds",
             "1",
+            "--storage-gauge-seconds",
+            "1",
         ])
         .collect();
     let mut server = Server::start_flags(dir.path(), None, &flags);
@@ -428,12 +463,41 @@ fn idle_datasets_leave_memory_and_come_back_exactly() {
         archived["status"]
     );
     let owners = every_owner_answer(&server, &admin);
+    // Just touched, so in memory (page-outs wait for a second of idleness).
+    let (_, hot) = storage(&server, &admin);
+    assert_eq!(hot["paged_out"], json!(false), "{hot}");
     let outs = metric(&server, &admin, "dpledger_page_outs_total");
     wait_for_metric(&server, &admin, "dpledger_page_outs_total", outs + 1.0);
 
     // Archived and out of memory: owners are answered from the store, exactly
-    // as from memory, and nothing is loaded back.
+    // as from memory, and nothing is loaded back (the storage report included).
     let ins = metric(&server, &admin, "dpledger_page_ins_total");
+    let (report, cold) = storage(&server, &admin);
+    assert_eq!(cold["paged_out"], json!(true), "{cold}");
+    assert_eq!(report["datasets_paged_out"], json!(1), "{report}");
+    for same in ["archived", "examples", "steps", "last_seq", "log_records"] {
+        assert_eq!(cold[same], hot[same], "{same}: {hot} vs {cold}");
+    }
+    assert_eq!(cold["archived"], json!(true), "{cold}");
+    assert_eq!(
+        (cold["examples"].clone(), cold["steps"].clone()),
+        (json!(N), json!(45))
+    );
+    let (hot_bytes, cold_bytes) = (
+        hot["memory_bytes"].as_u64().unwrap(),
+        cold["memory_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        cold_bytes * 2 < hot_bytes,
+        "{hot_bytes} B in memory, {cold_bytes} B paged out"
+    );
+    assert!(cold["archive_bytes"].as_u64().unwrap() > 0, "{cold}");
+    assert_eq!(cold["newest_snapshot"]["seq"], cold["last_seq"], "{cold}");
+    assert_eq!(cold["records_since_snapshot"], json!(0), "{cold}");
+    // The same figures as Prometheus gauges, refreshed every second here.
+    wait_for_metric(&server, &admin, "dpledger_dataset_paged_out", 1.0);
+    wait_for_metric(&server, &admin, "dpledger_store_archive_bytes", 1.0);
+    assert!(metric(&server, &admin, "dpledger_dataset_log_records") >= 45.0);
     assert_eq!(
         every_owner_answer(&server, &admin),
         owners,
@@ -453,4 +517,21 @@ fn idle_datasets_leave_memory_and_come_back_exactly() {
 
     server.restart();
     assert_eq!(observe(&server, &admin), archived, "after a restart");
+
+    // A damaged archive block is never trusted: the ledger is loaded back and
+    // answers exactly as before.
+    wait_for_metric(&server, &admin, "dpledger_page_outs_total", 1.0);
+    let conn = rusqlite::Connection::open(dir.path().join("dpledger.sqlite")).unwrap();
+    conn.execute(
+        "UPDATE dpledger_archive_blocks SET data = randomblob(length(data)) WHERE block = 0",
+        [],
+    )
+    .unwrap();
+    let r = get(&url(&server, "/examples/0/privacy"), Some(&admin));
+    assert_eq!(r.body, owners[0], "a damaged block");
+    assert_eq!(
+        metric(&server, &admin, "dpledger_archive_read_failures_total"),
+        1.0
+    );
+    assert_eq!(metric(&server, &admin, "dpledger_page_ins_total"), 1.0);
 }

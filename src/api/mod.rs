@@ -9,6 +9,7 @@
 //! | `release_routes.rs` | release endpoints (releases, budget, labels, policy) |
 //! | `accountant_routes.rs` | the stateless accountant endpoints |
 //! | `analysis_routes.rs` | seed 001's data-dependent analysis over several runs |
+//! | `admin_routes.rs` | server administration: the storage report |
 //! | `accountant.rs` | the stateless accountant's requests and computations (shared with the CLI) |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
@@ -24,6 +25,7 @@
 
 pub mod accountant;
 mod accountant_routes;
+mod admin_routes;
 mod analysis_routes;
 pub mod auth;
 pub mod bare_errors;

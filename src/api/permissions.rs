@@ -116,6 +116,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ep("GET", "/openapi.json", Scope::Public),
     ep("GET", "/metrics", Scope::Metrics),
     ep("POST", "/v1/datasets", Scope::Admin),
+    ep("GET", "/v1/admin/storage", Scope::Admin),
     ep("GET", "/v1/datasets", Scope::AnyToken),
     ep("GET", "/v1/datasets/{dataset}", Scope::Train),
     ep("POST", "/v1/datasets/{dataset}/steps", Scope::Train),

@@ -194,6 +194,7 @@ pub fn openapi_document() -> String {
     doc.merge(super::accountant_routes::AccountantApi::openapi());
     doc.merge(super::release_routes::ReleaseApi::openapi());
     doc.merge(super::analysis_routes::AnalysisApi::openapi());
+    doc.merge(super::admin_routes::AdminApi::openapi());
     utoipa::Modify::modify(&ApiConventions, &mut doc);
     doc.to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -222,6 +223,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .merge(super::accountant_routes::routes())
         .merge(super::release_routes::routes())
         .merge(super::analysis_routes::routes())
+        .merge(super::admin_routes::routes())
         .merge(crate::dashboard::router())
         .fallback(|| async { Problem::not_found("no such endpoint") })
         .layer(axum::extract::DefaultBodyLimit::max(limit))

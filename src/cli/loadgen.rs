@@ -135,9 +135,6 @@ fn latencies(
 impl LoadgenCmd {
     /// Run the load and return a text report (and JSON figures).
     pub fn run(&self) -> anyhow::Result<(serde_json::Value, String)> {
-        if self.during_releases {
-            return super::release_load::run(self);
-        }
         let config = json!({
             "examples": self.examples, "max_grad_norm": 1.0, "noise_multiplier": 1.0,
             "sampling": {"kind": "poisson", "rate": self.batch as f64 / self.examples as f64}, "delta": 1e-6,

@@ -211,7 +211,14 @@ pub fn run(cli: Cli) -> Result<(), String> {
             let text = c.run().map_err(|e| format!("{e:#}"))?;
             return write_stdout(&text);
         }
-        Command::Loadgen(c) => (c.json, c.inner.run().map_err(|e| format!("{e:#}"))),
+        Command::Loadgen(c) => {
+            let figures = if c.inner.during_releases {
+                release_load::run(&c.inner)
+            } else {
+                c.inner.run()
+            };
+            (c.json, figures.map_err(|e| format!("{e:#}")))
+        }
         Command::ReleaseAccuracy(c) => (c.json, c.inner.run()),
         Command::Compact(c) => {
             return c

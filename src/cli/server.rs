@@ -95,6 +95,12 @@ pub struct ServeCmd {
     /// The same for archived datasets, which are read-only and rarely read.
     #[arg(long, default_value_t = 30, env = "DPLEDGER_PAGE_OUT_ARCHIVED_SECONDS")]
     pub page_out_archived_seconds: u64,
+    /// Refresh the storage gauges (`dpledger_store_*`, `dpledger_dataset_*`; the
+    /// figures of `GET /v1/admin/storage`) every this many seconds. Each refresh
+    /// scans the log's row headers once.
+    #[arg(long, default_value_t = 30, env = "DPLEDGER_STORAGE_GAUGE_SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub storage_gauge_seconds: u64,
 }
 
 fn parse_leeway(text: &str) -> Result<u64, String> {
@@ -286,6 +292,7 @@ impl ServeCmd {
                 every_records: self.snapshot_records,
                 every: std::time::Duration::from_secs(self.snapshot_seconds),
                 keep: self.snapshot_keep as usize,
+                gauges_every: std::time::Duration::from_secs(self.storage_gauge_seconds),
             };
             let paging = crate::engine::PagingPolicy {
                 idle: std::time::Duration::from_secs(self.page_out_seconds),

@@ -68,6 +68,9 @@ pub struct Dataset {
     /// The archive its owners are answered from once it is paged out
     /// (archived datasets only, `archive.rs`).
     archive: std::sync::Mutex<Option<Archive>>,
+    /// Examples and steps of the ledger when it was paged out, for the storage
+    /// report (the placeholder in its place has one example).
+    pub(super) paged_out_size: std::sync::Mutex<(u64, u64)>,
     /// When the dataset was last read or changed, in milliseconds since
     /// [`process_epoch`] (the paging policy reads it).
     last_touch: AtomicU64,
@@ -127,6 +130,7 @@ impl Dataset {
             paged_out: AtomicBool::new(false),
             last_touch: AtomicU64::new(millis_now()),
             archive: std::sync::Mutex::new(None),
+            paged_out_size: std::sync::Mutex::new((0, 0)),
         }
     }
 

@@ -25,6 +25,10 @@
 //! | `snapshots.rs` | snapshot policy, taking one while steps flow, pruning, loading the newest valid one |
 //! | `snapshot_codec.rs` | a served dataset as snapshot bytes and back |
 //! | `compact.rs` | `dpledger compact`: dropping payloads a verified snapshot stands in for |
+//! | `paging.rs` | idle datasets leave memory and come back on their next request |
+//! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
+//! | `release_view.rs` | a curator's release computed from a view while steps flow |
+//! | `storage.rs` | what is kept where: the storage report and its gauges |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
@@ -45,6 +49,7 @@ mod release_view;
 mod releases;
 mod snapshot_codec;
 mod snapshots;
+mod storage;
 
 pub use archive::ArchivedAnswer;
 pub use book::{PolicyRefusal, ReleaseBook};
@@ -56,6 +61,7 @@ pub use error::{BudgetRefusal, EngineError, EngineResult};
 pub use paging::PagingPolicy;
 pub use releases::ReleaseOutcome;
 pub use snapshots::SnapshotPolicy;
+pub use storage::{DatasetStorageReport, SnapshotReport, StorageReport, TableCacheReport};
 
 use crate::ledger::Ledger;
 use crate::store::{append_async, Record, RecordKind, Store, StoreError};

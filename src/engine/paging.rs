@@ -122,6 +122,8 @@ impl Engine {
             return Ok(false);
         }
         let before = ledger.memory_bytes();
+        *ds.paged_out_size.lock().unwrap_or_else(|e| e.into_inner()) =
+            (ledger.examples(), ledger.next_step());
         *ledger = ledger.placeholder().map_err(EngineError::from)?;
         ds.clear_caches();
         ds.paged_out.store(true, Ordering::Release);

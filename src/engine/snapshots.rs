@@ -30,6 +30,9 @@ pub struct SnapshotPolicy {
     pub every: Duration,
     /// Snapshots kept per dataset (older ones are deleted; pinned ones stay).
     pub keep: usize,
+    /// How often the policy loop refreshes the storage gauges (`storage.rs`;
+    /// each refresh scans the log's row headers once).
+    pub gauges_every: Duration,
 }
 
 impl Default for SnapshotPolicy {
@@ -38,6 +41,7 @@ impl Default for SnapshotPolicy {
             every_records: 10_000,
             every: Duration::from_secs(300),
             keep: 2,
+            gauges_every: Duration::from_secs(30),
         }
     }
 }
@@ -151,14 +155,20 @@ impl Engine {
 
 impl Engine {
     /// Take the snapshots `policy` asks for and page out the datasets `paging`
-    /// says are idle, checking every second, until the task is dropped. A
+    /// says are idle, checking every second, and refresh the storage gauges
+    /// (`storage.rs`), until the task is dropped. A
     /// failure is logged and retried at the next check (the log has everything;
     /// a missing snapshot only makes a restart slower).
     pub async fn run_snapshot_policy(&self, policy: SnapshotPolicy, paging: PagingPolicy) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut gauges_at: Option<Instant> = None;
         loop {
             tick.tick().await;
+            if gauges_at.is_none_or(|at| at.elapsed() >= policy.gauges_every) {
+                self.export_storage_gauges().await;
+                gauges_at = Some(Instant::now());
+            }
             for id in self.due_for_snapshot(&policy) {
                 if let Err(e) = self.snapshot(&id, policy.keep).await {
                     tracing::warn!(dataset = id, error = %e, "snapshot failed; will retry");

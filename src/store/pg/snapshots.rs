@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::{connect, raw_row, wait_for_writers_in_flight, Ctx, SELECT_DATASET_ROWS};
 use crate::store::snapshots::{
-    hex, now_secs, verify, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES,
+    hex, now_secs, verify, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES, STORAGE_SQL,
 };
 use crate::store::{
     CompactionInfo, RowChecker, SnapshotInfo, StorageStats, StoreError, StoredRecord,
@@ -387,17 +387,30 @@ pub(super) fn compact(
 pub(super) fn storage(config: &Config, ctx: &Ctx<'_>) -> Result<StorageStats, StoreError> {
     let mut client = connect(config, ctx)?;
     let err = |e: postgres::Error| ctx.backend("cannot measure the store", &e);
-    let row = client
-        .query_one(
-            "SELECT count(*)::BIGINT, coalesce(sum(length(payload)), 0)::BIGINT, \
-             (SELECT coalesce(sum(bytes), 0)::BIGINT FROM dpledger_snapshots WHERE complete) \
-             FROM dpledger_events",
-            &[],
-        )
-        .map_err(err)?;
-    Ok(StorageStats {
-        records: row.try_get::<_, i64>(0).map_err(err)? as u64,
-        log_bytes: row.try_get::<_, i64>(1).map_err(err)? as u64,
-        snapshot_bytes: row.try_get::<_, i64>(2).map_err(err)? as u64,
-    })
+    // PostgreSQL's count and sum are BIGINT and NUMERIC: cast both to BIGINT, and
+    // `complete` is a boolean there (`= 1` is SQLite's spelling).
+    let cast = |sql: &str| {
+        sql.replace("count(*)", "count(*)::BIGINT")
+            .replace(", 0)", ", 0)::BIGINT")
+            .replace("complete = 1", "complete")
+    };
+    let [log_sql, snapshot_sql, archive_sql] = STORAGE_SQL.map(cast);
+    let mut log = Vec::new();
+    for r in client.query(&log_sql, &[]).map_err(err)? {
+        log.push((
+            r.try_get(0).map_err(err)?,
+            r.try_get(1).map_err(err)?,
+            r.try_get(2).map_err(err)?,
+        ));
+    }
+    let mut pairs = |sql: &str| -> Result<Vec<(String, i64)>, StoreError> {
+        let mut out = Vec::new();
+        for r in client.query(sql, &[]).map_err(err)? {
+            out.push((r.try_get(0).map_err(err)?, r.try_get(1).map_err(err)?));
+        }
+        Ok(out)
+    };
+    let snapshots = pairs(&snapshot_sql)?;
+    let archives = pairs(&archive_sql)?;
+    Ok(StorageStats::from_rows(log, snapshots, archives))
 }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::{db_error, open_connection, open_reader, raw_row};
 use crate::store::snapshots::{
-    hex, now_secs, verify, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES,
+    hex, now_secs, verify, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES, STORAGE_SQL,
 };
 use crate::store::{
     CompactionInfo, RowChecker, SnapshotInfo, StorageStats, StoreError, StoredRecord,
@@ -380,23 +380,18 @@ pub(super) fn compact(
 pub(super) fn storage(path: &Path, store: &str) -> Result<StorageStats, StoreError> {
     let conn = open_reader(path, store)?;
     let err = |e: rusqlite::Error| db_error(store, "cannot measure the store", &e);
-    let (records, log_bytes): (i64, i64) = conn
-        .query_row(
-            "SELECT count(*), coalesce(sum(length(payload)), 0) FROM dpledger_events",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(err)?;
-    let snapshot_bytes: i64 = conn
-        .query_row(
-            "SELECT coalesce(sum(bytes), 0) FROM dpledger_snapshots WHERE complete = 1",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(err)?;
-    Ok(StorageStats {
-        records: records as u64,
-        log_bytes: log_bytes as u64,
-        snapshot_bytes: snapshot_bytes as u64,
-    })
+    let [log_sql, snapshot_sql, archive_sql] = STORAGE_SQL;
+    let log = collect(&conn, log_sql, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(err)?;
+    let snapshots = collect(&conn, snapshot_sql, |r| Ok((r.get(0)?, r.get(1)?))).map_err(err)?;
+    let archives = collect(&conn, archive_sql, |r| Ok((r.get(0)?, r.get(1)?))).map_err(err)?;
+    Ok(StorageStats::from_rows(log, snapshots, archives))
+}
+
+/// Every row of `sql` (no parameters), mapped.
+fn collect<T>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
+    conn.prepare(sql)?.query_map([], row)?.collect()
 }

@@ -1,0 +1,237 @@
+//! What the service keeps where (issue 16, item 5): the store's log, snapshots
+//! and archives, and each dataset's memory, for `GET /v1/admin/storage` and the
+//! Prometheus gauges of the same figures.
+//!
+//! Measuring never loads a paged-out dataset: its memory is the placeholder's
+//! (and its size the one noted when it left memory). The store is measured on
+//! the blocking pool with one grouped scan per table (the log's payload lengths
+//! are read from row headers, not the payloads), so the report costs about a
+//! pass over the log's rows: the policy loop refreshes the gauges every
+//! `serve --storage-gauge-seconds` (30), not on every scrape.
+
+use super::error::{EngineError, EngineResult};
+use super::Engine;
+use crate::store::{SnapshotInfo, StorageStats};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct StorageReport {
+    /// Where the store is (`sqlite:PATH` or `postgres:HOST/DB`, no secrets).
+    pub store: String,
+    /// Records in the log (compacted ones included).
+    pub log_records: u64,
+    /// Payload bytes of the log's records.
+    pub log_bytes: u64,
+    /// Bytes of complete snapshots.
+    pub snapshot_bytes: u64,
+    /// Bytes of archives (archived datasets' per-example answers).
+    pub archive_bytes: u64,
+    /// Bytes of memory held by every dataset's ledger (paged-out ones hold a
+    /// placeholder).
+    pub memory_bytes: u64,
+    /// Datasets whose ledger is in memory.
+    pub datasets_in_memory: u64,
+    /// Datasets paged out (loaded back on their next request).
+    pub datasets_paged_out: u64,
+    /// The process-wide cache of sampled-Gaussian tables.
+    pub table_cache: TableCacheReport,
+    /// Every dataset, by id.
+    pub datasets: Vec<DatasetStorageReport>,
+}
+
+/// The table cache's size against its bound.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TableCacheReport {
+    /// Tables held.
+    pub tables: u64,
+    /// Bytes they take.
+    pub bytes: u64,
+    /// The bound (`serve --table-cache-mb`).
+    pub bound_bytes: u64,
+    /// Tables dropped to stay within the bound.
+    pub evictions: u64,
+}
+
+/// One dataset's part.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct DatasetStorageReport {
+    /// Its id.
+    pub id: String,
+    /// Archived (read-only).
+    pub archived: bool,
+    /// Out of memory (a placeholder holds its place; see `paged_out`).
+    pub paged_out: bool,
+    /// Its examples.
+    pub examples: u64,
+    /// Steps applied.
+    pub steps: u64,
+    /// Bytes of memory its ledger holds now.
+    pub memory_bytes: u64,
+    /// Seconds since it was last read or changed.
+    pub idle_seconds: f64,
+    /// Sequence number of its last record.
+    pub last_seq: u64,
+    /// Its records in the log.
+    pub log_records: u64,
+    /// Payload bytes of its records.
+    pub log_bytes: u64,
+    /// Bytes of its complete snapshots.
+    pub snapshot_bytes: u64,
+    /// Bytes of its archive in the store.
+    pub archive_bytes: u64,
+    /// Its newest complete snapshot, if any.
+    pub newest_snapshot: Option<SnapshotReport>,
+    /// Its records applied since the newest snapshot this process wrote or
+    /// loaded (what a restart would replay).
+    pub records_since_snapshot: u64,
+}
+
+/// A dataset's newest snapshot.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct SnapshotReport {
+    /// Catalogue id.
+    pub id: u64,
+    /// The record it was taken at.
+    pub seq: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// When it was written (seconds since the Unix epoch).
+    pub created: u64,
+    /// Seconds since it was written.
+    pub age_seconds: u64,
+    /// Kept by a compaction (never deleted).
+    pub pinned: bool,
+}
+
+impl Engine {
+    /// Measure the store and every dataset (see the module note).
+    pub async fn storage_report(&self) -> EngineResult<StorageReport> {
+        let store = self.store.clone();
+        let (stats, snapshots) = tokio::task::spawn_blocking(move || {
+            Ok::<_, crate::store::StoreError>((store.storage()?, store.snapshots()?))
+        })
+        .await
+        .map_err(|_| EngineError::Internal("the storage measurement failed".into()))?
+        .map_err(EngineError::store)?;
+        let newest = newest_snapshots(snapshots);
+        let now = crate::store::snapshots::now_secs();
+        let mut datasets = Vec::new();
+        for id in self.dataset_ids() {
+            let Ok(ds) = self.dataset(&id) else { continue };
+            // The placeholder when paged out: reading it loads nothing.
+            let ledger = ds.ledger.read().await;
+            let paged_out = ds.is_paged_out();
+            let (examples, steps) = if paged_out {
+                *ds.paged_out_size.lock().unwrap_or_else(|e| e.into_inner())
+            } else {
+                (ledger.examples(), ledger.next_step())
+            };
+            let memory_bytes = ledger.memory_bytes();
+            drop(ledger);
+            let stored = stats.datasets.get(&id).copied().unwrap_or_default();
+            datasets.push(DatasetStorageReport {
+                archived: ds.is_archived(),
+                paged_out,
+                examples,
+                steps,
+                memory_bytes,
+                idle_seconds: ds.idle_for().as_secs_f64(),
+                last_seq: ds.last_seq.load(Ordering::Acquire),
+                log_records: stored.records,
+                log_bytes: stored.log_bytes,
+                snapshot_bytes: stored.snapshot_bytes,
+                archive_bytes: stored.archive_bytes,
+                newest_snapshot: newest.get(&id).map(|s| SnapshotReport {
+                    id: s.id,
+                    seq: s.seq,
+                    bytes: s.bytes,
+                    created: s.created,
+                    age_seconds: now.saturating_sub(s.created),
+                    pinned: s.pinned,
+                }),
+                records_since_snapshot: ds.snapshot_mark().records_since,
+                id,
+            });
+        }
+        Ok(report(self.store.describe(), &stats, datasets))
+    }
+
+    /// Refresh the storage gauges from a new report; a failure is logged (the
+    /// gauges keep their last values).
+    pub async fn export_storage_gauges(&self) {
+        match self.storage_report().await {
+            Ok(r) => export_gauges(&r),
+            Err(e) => tracing::warn!(error = %e, "cannot measure storage for the gauges"),
+        }
+    }
+}
+
+/// The newest complete snapshot of each dataset.
+fn newest_snapshots(all: Vec<SnapshotInfo>) -> BTreeMap<String, SnapshotInfo> {
+    let mut newest: BTreeMap<String, SnapshotInfo> = BTreeMap::new();
+    for s in all {
+        let replace = newest
+            .get(&s.dataset)
+            .is_none_or(|old| (s.seq, s.id) > (old.seq, old.id));
+        if replace {
+            newest.insert(s.dataset.clone(), s);
+        }
+    }
+    newest
+}
+
+fn report(
+    store: String,
+    stats: &StorageStats,
+    datasets: Vec<DatasetStorageReport>,
+) -> StorageReport {
+    let cache = crate::ledger::table_cache().stats();
+    StorageReport {
+        store,
+        log_records: stats.records,
+        log_bytes: stats.log_bytes,
+        snapshot_bytes: stats.snapshot_bytes,
+        archive_bytes: stats.archive_bytes,
+        memory_bytes: datasets.iter().map(|d| d.memory_bytes).sum(),
+        datasets_in_memory: datasets.iter().filter(|d| !d.paged_out).count() as u64,
+        datasets_paged_out: datasets.iter().filter(|d| d.paged_out).count() as u64,
+        table_cache: TableCacheReport {
+            tables: cache.tables as u64,
+            bytes: cache.bytes as u64,
+            bound_bytes: cache.bound as u64,
+            evictions: cache.evictions,
+        },
+        datasets,
+    }
+}
+
+/// Set the gauges of `docs/operations.md` from a report.
+fn export_gauges(r: &StorageReport) {
+    metrics::gauge!("dpledger_store_log_records").set(r.log_records as f64);
+    metrics::gauge!("dpledger_store_log_bytes").set(r.log_bytes as f64);
+    metrics::gauge!("dpledger_store_snapshot_bytes").set(r.snapshot_bytes as f64);
+    metrics::gauge!("dpledger_store_archive_bytes").set(r.archive_bytes as f64);
+    metrics::gauge!("dpledger_ledger_memory_bytes").set(r.memory_bytes as f64);
+    metrics::gauge!("dpledger_datasets_in_memory").set(r.datasets_in_memory as f64);
+    metrics::gauge!("dpledger_datasets_paged_out").set(r.datasets_paged_out as f64);
+    for d in &r.datasets {
+        let id = d.id.clone();
+        metrics::gauge!("dpledger_dataset_memory_bytes", "dataset" => id.clone())
+            .set(d.memory_bytes as f64);
+        metrics::gauge!("dpledger_dataset_log_records", "dataset" => id.clone())
+            .set(d.log_records as f64);
+        metrics::gauge!("dpledger_dataset_log_bytes", "dataset" => id.clone())
+            .set(d.log_bytes as f64);
+        metrics::gauge!("dpledger_dataset_records_since_snapshot", "dataset" => id.clone())
+            .set(d.records_since_snapshot as f64);
+        metrics::gauge!("dpledger_dataset_paged_out", "dataset" => id.clone())
+            .set(if d.paged_out { 1.0 } else { 0.0 });
+        if let Some(s) = &d.newest_snapshot {
+            metrics::gauge!("dpledger_dataset_snapshot_age_seconds", "dataset" => id)
+                .set(s.age_seconds as f64);
+        }
+    }
+}
