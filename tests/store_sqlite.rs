@@ -497,10 +497,11 @@ fn byte_flips_across_the_file_never_load_a_different_ledger() {
     while offset < pristine.len() {
         std::fs::write(&path, &pristine).unwrap();
         flip(&path, offset, 0x5a);
-        if assert_refused_or_intact(&path, &original, &format!("byte {offset}")) {
-            refused += 1;
+        let noticed = assert_refused_or_intact(&path, &original, &format!("byte {offset}"));
+        if pristine[offset] != 0 {
+            tried += 1;
+            refused += noticed as usize;
         }
-        tried += 1;
         offset += 977;
     }
     // The middle of the file specifically.
@@ -509,13 +510,15 @@ fn byte_flips_across_the_file_never_load_a_different_ledger() {
         flip(&path, pristine.len() / 2 + i, 0xff);
     }
     assert_refused_or_intact(&path, &original, "64 bytes in the middle");
-    // Flips in unused page space are harmless, and 16 KiB pages of a small store are
-    // mostly unused (about a seventh of these offsets hold content: the log, and
-    // the mostly empty pages of the snapshot tables and indexes of schema 2). The
-    // sweep must still have hit content often enough to mean something.
+    // Flips in unused page space are harmless, and 16 KiB pages of a small store
+    // are mostly unused (zero): the mostly empty pages of the snapshot and
+    // archive tables and indexes of schema 2. So the sweep counts only flips of
+    // bytes that held something; most of those must be noticed (about 60% are:
+    // the rest is stale cell space and free-list bytes no load reads).
+    assert!(tried >= 20, "only {tried} flips hit content");
     assert!(
-        refused * 10 >= tried,
-        "only {refused} of {tried} flips were noticed"
+        refused * 5 >= tried * 2,
+        "only {refused} of {tried} flips of content were noticed"
     );
 }
 

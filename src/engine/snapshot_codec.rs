@@ -7,9 +7,10 @@
 //! Layout: `DPLD`, format (u32 LE), header length (u64 LE), header
 //! (MessagePack), the book records' payloads back to back, the ledger image.
 
-use crate::ledger::Ledger;
+use crate::ledger::{read_bytes, Ledger};
 use crate::store::RecordKind;
 use serde::{Deserialize, Serialize};
+use std::io::Read;
 use std::sync::Arc;
 
 const MAGIC: &[u8; 4] = b"DPLD";
@@ -64,37 +65,42 @@ pub(super) fn encode(
     out
 }
 
-/// The dataset `bytes` describe, or why they cannot be used.
-pub(super) fn decode(bytes: &[u8]) -> Result<DatasetImage, String> {
-    if bytes.len() < 16 || &bytes[..4] != MAGIC {
+/// The dataset a reader of exactly `len` bytes describes (read while the store
+/// still reads and verifies them: see `snapshots.rs`). Nothing allocated is
+/// larger than `len`.
+pub(super) fn read(reader: &mut dyn Read, len: u64) -> Result<DatasetImage, String> {
+    let mut prefix = [0u8; 16];
+    reader
+        .read_exact(&mut prefix)
+        .map_err(|_| "not a dataset snapshot")?;
+    if &prefix[..4] != MAGIC {
         return Err("not a dataset snapshot".into());
     }
-    let format = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    let format = u32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes"));
     if format != FORMAT {
         return Err(format!(
             "snapshot format {format}, this build reads {FORMAT}"
         ));
     }
-    let head_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-    let mut at = usize::try_from(head_len)
-        .ok()
-        .and_then(|l| l.checked_add(16))
-        .filter(|&end| end <= bytes.len())
-        .ok_or("snapshot header runs past the end")?;
+    let head_len = u64::from_le_bytes(prefix[8..16].try_into().expect("8 bytes"));
+    let mut left = len
+        .checked_sub(16)
+        .filter(|&rest| rest >= head_len)
+        .ok_or("snapshot header runs past the end")?
+        - head_len;
+    let head = read_bytes(reader, head_len).ok_or("snapshot header runs past the end")?;
     let header: Header =
-        rmp_serde::from_slice(&bytes[16..at]).map_err(|e| format!("snapshot header: {e}"))?;
-    let mut book = Vec::with_capacity(header.book.len());
-    for (code, len) in header.book {
+        rmp_serde::from_slice(&head).map_err(|e| format!("snapshot header: {e}"))?;
+    let mut book = Vec::with_capacity(header.book.len().min(1 << 16));
+    for (code, record_len) in header.book {
         let kind = RecordKind::from_code(code).ok_or(format!("unknown record kind {code}"))?;
-        let end = usize::try_from(len)
-            .ok()
-            .and_then(|l| at.checked_add(l))
-            .filter(|&end| end <= bytes.len())
+        left = left
+            .checked_sub(record_len)
             .ok_or("a book record runs past the end")?;
-        book.push((kind, Arc::from(&bytes[at..end])));
-        at = end;
+        let payload = read_bytes(reader, record_len).ok_or("a book record runs past the end")?;
+        book.push((kind, Arc::from(payload)));
     }
-    let ledger = Ledger::from_snapshot(&bytes[at..]).map_err(|e| e.to_string())?;
+    let ledger = Ledger::read_snapshot(reader, left).map_err(|e| e.to_string())?;
     Ok(DatasetImage {
         dataset: header.dataset,
         seq: header.seq,

@@ -13,7 +13,7 @@ use super::book::rebuild_book;
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
 use super::paging::PagingPolicy;
-use super::snapshot_codec::{decode, encode};
+use super::snapshot_codec::{encode, read};
 use super::Engine;
 use crate::store::{SnapshotInfo, Store};
 use std::sync::atomic::Ordering;
@@ -223,16 +223,12 @@ pub(super) fn load_newest(
 ) -> Option<(SnapshotInfo, Dataset)> {
     for info in candidates {
         let started = Instant::now();
-        let read = store.read_snapshot(info).map_err(|e| e.to_string());
-        let read_seconds = started.elapsed().as_secs_f64();
-        let loaded = read.and_then(|bytes| dataset_from_bytes(info, &bytes));
-        match loaded {
+        match load(store, info) {
             Ok(ds) => {
                 tracing::info!(
                     dataset = info.dataset,
                     seq = info.seq,
                     bytes = info.bytes,
-                    read_seconds,
                     seconds = started.elapsed().as_secs_f64(),
                     "snapshot loaded"
                 );
@@ -253,9 +249,77 @@ pub(super) fn load_newest(
     None
 }
 
-/// A served dataset from a verified snapshot's bytes.
-fn dataset_from_bytes(info: &SnapshotInfo, bytes: &[u8]) -> Result<Dataset, String> {
-    let image = decode(bytes)?;
+/// Chunks queued between the store's reader and the decoder.
+const CHUNKS_IN_FLIGHT: usize = 2;
+
+/// One snapshot as a served dataset. The store reads and hashes its chunks on
+/// one thread while this one decodes them as they come: a restart costs about
+/// the longer of the two, and no copy of the whole snapshot is ever held (at a
+/// million examples that copy was half a gigabyte of fresh memory, which cost
+/// more to fault in than to read). What was decoded is used only if the store
+/// then verifies every chunk, the length and the SHA-256; the decoder bounds
+/// every allocation by the recorded length, so unverified bytes cannot make it
+/// allocate more than the snapshot's size.
+fn load(store: &dyn Store, info: &SnapshotInfo) -> Result<Dataset, String> {
+    std::thread::scope(|scope| {
+        let (chunks, received) = std::sync::mpsc::sync_channel::<Vec<u8>>(CHUNKS_IN_FLIGHT);
+        let reading = std::thread::Builder::new()
+            .name("dpledger-snapshot-read".into())
+            .spawn_scoped(scope, move || {
+                store.read_snapshot_chunks(info, &mut |chunk| {
+                    chunks
+                        .send(chunk.to_vec())
+                        .map_err(|_| crate::store::StoreError::Backend {
+                            store: store.describe(),
+                            detail: "the snapshot's decoder stopped".into(),
+                        })
+                })
+            })
+            .map_err(|e| format!("cannot start the snapshot reader: {e}"))?;
+        // The receiver is dropped with the reader, so a decoder that stops
+        // early also stops the store's read.
+        let decoded = decode(
+            info,
+            &mut ChunkReader {
+                chunks: received,
+                current: Vec::new(),
+                at: 0,
+            },
+        );
+        let verified = reading
+            .join()
+            .map_err(|_| "the snapshot reader panicked".to_string())?;
+        // A corrupt snapshot is reported as such, whatever the decoder said.
+        verified.map_err(|e| e.to_string())?;
+        decoded
+    })
+}
+
+/// The chunks the store sends, as one stream of bytes.
+struct ChunkReader {
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.current.len() {
+            match self.chunks.recv() {
+                Ok(next) => (self.current, self.at) = (next, 0),
+                Err(_) => return Ok(0), // the store has sent everything
+            }
+        }
+        let n = out.len().min(self.current.len() - self.at);
+        out[..n].copy_from_slice(&self.current[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// A served dataset from a snapshot's bytes (`reader` yields them all).
+fn decode(info: &SnapshotInfo, reader: &mut ChunkReader) -> Result<Dataset, String> {
+    let image = read(reader, info.bytes)?;
     if image.dataset != info.dataset || image.seq != info.seq {
         return Err(format!(
             "the snapshot holds dataset {:?} at seq {}, its catalogue row says {:?} at {}",

@@ -87,8 +87,9 @@ pub mod replay;
 pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 pub use config::{Clipping, DatasetConfig, IndividualBudget, Sampling, MAX_EXAMPLES, MAX_ORDERS};
 pub use dataset::{
-    table_cache, ArchiveSummary, ArchivedExample, Ledger, LevelCount, LevelHistory, SegmentParams,
-    SnapshotError, ViewToken, MAX_PARTS, MAX_SEGMENTS, RETRY_WINDOW, SNAPSHOT_FORMAT,
+    read_bytes, table_cache, ArchiveSummary, ArchivedExample, Ledger, LevelCount, LevelHistory,
+    SegmentParams, SnapshotError, ViewToken, MAX_PARTS, MAX_SEGMENTS, RETRY_WINDOW,
+    SNAPSHOT_FORMAT,
 };
 pub use error::{ErrorKind, LedgerError};
 pub use estimate::{EstimateInput, LevelSteps, PldEstimate};

@@ -248,9 +248,33 @@ pub trait Store: Send + Sync {
     /// Every complete snapshot, by dataset, newest (highest `seq`, then id) first.
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>, StoreError>;
 
+    /// A snapshot's bytes, chunk by chunk in order, to `sink` as they are read
+    /// (a loader decodes while the store reads and hashes). Answers
+    /// [`StoreError::Corrupt`] when a chunk is missing or the length or SHA-256
+    /// differ from the catalogue's; only an `Ok` makes what `sink` received
+    /// trustworthy. An error from `sink` stops the read and is returned.
+    fn read_snapshot_chunks(
+        &self,
+        info: &SnapshotInfo,
+        sink: &mut (dyn FnMut(&[u8]) -> Result<(), StoreError> + Send),
+    ) -> Result<(), StoreError>;
+
     /// A snapshot's bytes, verified against its length and SHA-256
     /// ([`StoreError::Corrupt`] if they differ).
-    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError>;
+    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError> {
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(usize::try_from(info.bytes).unwrap_or(usize::MAX))
+            .map_err(|_| StoreError::Backend {
+                store: self.describe(),
+                detail: format!("cannot allocate {} bytes for a snapshot", info.bytes),
+            })?;
+        self.read_snapshot_chunks(info, &mut |chunk| {
+            bytes.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(bytes)
+    }
 
     /// Deletes a snapshot; a pinned one (a compaction relies on it) is refused.
     fn delete_snapshot(&self, id: u64) -> Result<(), StoreError>;

@@ -146,40 +146,76 @@ impl StorageStats {
     }
 }
 
-/// Lowercase hexadecimal SHA-256.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Check bytes read back against their catalogue row.
-pub(crate) fn verify(store: &str, info: &SnapshotInfo, bytes: &[u8]) -> Result<(), StoreError> {
-    let corrupt = |detail: String| StoreError::Corrupt {
-        store: store.to_string(),
-        seq: Some(info.seq),
-        detail: format!(
-            "snapshot {} of dataset {:?}: {detail}",
-            info.id, info.dataset
-        ),
-    };
-    if bytes.len() as u64 != info.bytes {
-        return Err(corrupt(format!(
-            "{} bytes read back, {} written",
-            bytes.len(),
-            info.bytes
-        )));
+/// Checks a snapshot's chunks as they are read back, in order, against its
+/// catalogue row: no chunk missing, no byte beyond the recorded length, and at
+/// the end the length and SHA-256. Reading streams (a reader decodes chunks as
+/// they come, `Store::read_snapshot_chunks`), so nothing read is trusted until
+/// [`ChunkVerifier::finish`] says so.
+pub(crate) struct ChunkVerifier<'a> {
+    store: &'a str,
+    info: &'a SnapshotInfo,
+    hasher: Sha256,
+    bytes: u64,
+    next: i64,
+}
+
+impl<'a> ChunkVerifier<'a> {
+    pub(crate) fn new(store: &'a str, info: &'a SnapshotInfo) -> Self {
+        Self {
+            store,
+            info,
+            hasher: Sha256::new(),
+            bytes: 0,
+            next: 0,
+        }
     }
-    let digest = sha256_hex(bytes);
-    if digest != info.sha256 {
-        return Err(corrupt(format!(
-            "SHA-256 {digest} does not match the recorded {}",
-            info.sha256
-        )));
+
+    fn corrupt(&self, detail: String) -> StoreError {
+        StoreError::Corrupt {
+            store: self.store.to_string(),
+            seq: Some(self.info.seq),
+            detail: format!(
+                "snapshot {} of dataset {:?}: {detail}",
+                self.info.id, self.info.dataset
+            ),
+        }
     }
-    Ok(())
+
+    /// Chunk `idx` with `data`, to be passed on only if this answers `Ok`.
+    pub(crate) fn chunk(&mut self, idx: i64, data: &[u8]) -> Result<(), StoreError> {
+        if idx != self.next {
+            return Err(self.corrupt(format!("chunk {} is missing", self.next)));
+        }
+        self.next += 1;
+        self.bytes += data.len() as u64;
+        if self.bytes > self.info.bytes {
+            return Err(self.corrupt(format!("more than the {} bytes written", self.info.bytes)));
+        }
+        self.hasher.update(data);
+        Ok(())
+    }
+
+    /// Whether everything read is the snapshot written.
+    pub(crate) fn finish(self) -> Result<(), StoreError> {
+        if self.bytes != self.info.bytes {
+            return Err(self.corrupt(format!(
+                "{} bytes read back, {} written",
+                self.bytes, self.info.bytes
+            )));
+        }
+        let digest = hex(&self.hasher.clone().finalize());
+        if digest != self.info.sha256 {
+            return Err(self.corrupt(format!(
+                "SHA-256 {digest} does not match the recorded {}",
+                self.info.sha256
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A digest over the CRC-32s of the records a compaction empties, in sequence

@@ -93,8 +93,10 @@ pub struct LevelHistory {
     runs: Vec<(u64, u32)>,
     /// Poisson: per example, the first step of its open run at its bucket
     /// (empty in shuffle mode).
+    #[serde(with = "super::flat::u64s")]
     run_start: Vec<u64>,
     /// Per example, packed closed counts: `(segment << 17 | level) << 32 | count`.
+    #[serde(with = "super::flat::u64_lists")]
     counts: Vec<Box<[u64]>>,
     /// Entries held over all examples (memory accounting).
     entries: u64,

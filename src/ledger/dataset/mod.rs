@@ -45,6 +45,7 @@
 
 mod archive;
 mod columns;
+mod flat;
 mod levels;
 mod parts;
 mod query;
@@ -58,7 +59,7 @@ mod view;
 pub use archive::{ArchiveSummary, ArchivedExample};
 pub use levels::{LevelCount, LevelHistory, SegmentParams, MAX_SEGMENTS};
 pub use parts::{MAX_PARTS, RETRY_WINDOW};
-pub use snapshot::{SnapshotError, SNAPSHOT_FORMAT};
+pub use snapshot::{read_bytes, SnapshotError, SNAPSHOT_FORMAT};
 pub use view::ViewToken;
 
 use self::columns::{try_filled, ALL_TOP};

@@ -31,11 +31,14 @@ use crate::ledger::pld_events::PldHistory;
 use crate::ledger::prefix::PrefixSums;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::io::Read;
 
 /// First bytes of every ledger image.
 const MAGIC: &[u8; 4] = b"DPLS";
-/// Version of the image layout; an image of another version is refused.
-pub const SNAPSHOT_FORMAT: u32 = 1;
+/// Version of the image layout; an image of another version is refused (the
+/// log is replayed instead). 2: the level history's per-example lists as flat
+/// bytes (`flat.rs`).
+pub const SNAPSHOT_FORMAT: u32 = 2;
 
 /// Everything but the per-example columns.
 #[derive(Serialize, Deserialize)]
@@ -150,25 +153,54 @@ impl Ledger {
     /// The ledger an image of [`Ledger::to_snapshot`] describes. Refuses an image
     /// of another format or whose parts do not fit its configuration.
     pub fn from_snapshot(bytes: &[u8]) -> Result<Ledger, SnapshotError> {
-        if bytes.len() < 16 || &bytes[..4] != MAGIC {
+        let mut reader = bytes;
+        Self::read_snapshot(&mut reader, bytes.len() as u64)
+    }
+
+    /// [`Ledger::from_snapshot`] from a reader that yields exactly `len` bytes
+    /// (a snapshot decoded while the store still reads it). Allocations are
+    /// bounded by `len`: the header's dimensions must account for every byte
+    /// before the columns are allocated, so even unverified bytes cannot make
+    /// it allocate more than the image's own size.
+    pub fn read_snapshot(reader: &mut dyn Read, len: u64) -> Result<Ledger, SnapshotError> {
+        let mut prefix = [0u8; 16];
+        reader
+            .read_exact(&mut prefix)
+            .map_err(|_| bad("not a ledger image"))?;
+        if &prefix[..4] != MAGIC {
             return Err(bad("not a ledger image"));
         }
-        let format = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+        let format = u32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes"));
         if format != SNAPSHOT_FORMAT {
             return Err(bad(format!(
                 "image format {format}, this build reads {SNAPSHOT_FORMAT}"
             )));
         }
-        let head_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-        let head_end = usize::try_from(head_len)
-            .ok()
-            .and_then(|l| l.checked_add(16))
-            .filter(|&e| e <= bytes.len())
+        let head_len = u64::from_le_bytes(prefix[8..16].try_into().expect("8 bytes"));
+        let columns_len = len
+            .checked_sub(16)
+            .and_then(|rest| rest.checked_sub(head_len))
             .ok_or_else(|| bad("header runs past the end"))?;
+        let head = read_bytes(reader, head_len).ok_or_else(|| bad("header runs past the end"))?;
         let header: Header =
-            rmp_serde::from_slice(&bytes[16..head_end]).map_err(|e| bad(format!("header: {e}")))?;
+            rmp_serde::from_slice(&head).map_err(|e| bad(format!("header: {e}")))?;
+        drop(head);
+        let expected = header
+            .n
+            .checked_mul(4 + 8 + 1)
+            .zip(
+                header
+                    .n
+                    .checked_mul(header.m)
+                    .and_then(|nm| nm.checked_mul(8)),
+            )
+            .and_then(|(a, b)| a.checked_add(b));
+        if header.n != header.config.examples || expected != Some(columns_len) {
+            return Err(bad("the columns do not fit the image's length"));
+        }
         let mut columns = Columns {
-            rest: &bytes[head_end..],
+            reader,
+            buf: vec![0u8; 1 << 16],
         };
         let fresh = Ledger::new(header.config.clone()).map_err(|e| bad(e.to_string()))?;
         let (n, m) = (fresh.n, fresh.m);
@@ -183,7 +215,11 @@ impl Ledger {
         columns.fill(&mut ledger.since, u64::from_le_bytes)?;
         columns.fill(&mut ledger.flags, u8::from_le_bytes)?;
         columns.fill(&mut ledger.acc, f64::from_le_bytes)?;
-        if !columns.rest.is_empty() {
+        if columns
+            .reader
+            .read(&mut columns.buf)
+            .map_or(true, |more| more > 0)
+        {
             return Err(bad("bytes after the last column"));
         }
         if ledger.bucket.iter().any(|&b| b > ledger.top) {
@@ -239,9 +275,18 @@ impl Ledger {
     }
 }
 
+/// Exactly `len` bytes from `reader`, growing the buffer as they come (a bad
+/// length cannot allocate more than what is there); `None` if fewer come.
+pub fn read_bytes(reader: &mut dyn Read, len: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    reader.take(len).read_to_end(&mut out).ok()?;
+    (out.len() as u64 == len).then_some(out)
+}
+
 /// The raw columns after the header, consumed in order.
 struct Columns<'a> {
-    rest: &'a [u8],
+    reader: &'a mut dyn Read,
+    buf: Vec<u8>,
 }
 
 impl Columns<'_> {
@@ -251,16 +296,16 @@ impl Columns<'_> {
         column: &mut [T],
         decode: fn([u8; W]) -> T,
     ) -> Result<(), SnapshotError> {
-        let len = column
-            .len()
-            .checked_mul(W)
-            .filter(|&l| l <= self.rest.len())
-            .ok_or_else(|| bad("a column is cut short"))?;
-        let (head, rest) = self.rest.split_at(len);
-        for (slot, chunk) in column.iter_mut().zip(head.chunks_exact(W)) {
-            *slot = decode(chunk.try_into().expect("chunk of W bytes"));
+        let per_read = self.buf.len() / W;
+        for part in column.chunks_mut(per_read) {
+            let bytes = &mut self.buf[..part.len() * W];
+            self.reader
+                .read_exact(bytes)
+                .map_err(|_| bad("a column is cut short"))?;
+            for (slot, chunk) in part.iter_mut().zip(bytes.chunks_exact(W)) {
+                *slot = decode(chunk.try_into().expect("chunk of W bytes"));
+            }
         }
-        self.rest = rest;
         Ok(())
     }
 }

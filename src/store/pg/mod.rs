@@ -300,8 +300,12 @@ impl Store for PgStore {
         self.on_thread(snapshots::list)
     }
 
-    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError> {
-        self.on_thread(|config, ctx| snapshots::read_snapshot(config, ctx, info))
+    fn read_snapshot_chunks(
+        &self,
+        info: &SnapshotInfo,
+        sink: &mut (dyn FnMut(&[u8]) -> Result<(), StoreError> + Send),
+    ) -> Result<(), StoreError> {
+        self.on_thread(|config, ctx| snapshots::read_snapshot(config, ctx, info, sink))
     }
 
     fn delete_snapshot(&self, id: u64) -> Result<(), StoreError> {

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::{connect, raw_row, wait_for_writers_in_flight, Ctx, SELECT_DATASET_ROWS};
 use crate::store::snapshots::{
-    hex, now_secs, verify, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES, STORAGE_SQL,
+    hex, now_secs, ChunkVerifier, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES, STORAGE_SQL,
 };
 use crate::store::{
     CompactionInfo, RowChecker, SnapshotInfo, StorageStats, StoreError, StoredRecord,
@@ -194,17 +194,12 @@ pub(super) fn read_snapshot(
     config: &Config,
     ctx: &Ctx<'_>,
     info: &SnapshotInfo,
-) -> Result<Vec<u8>, StoreError> {
+    sink: &mut (dyn FnMut(&[u8]) -> Result<(), StoreError> + Send),
+) -> Result<(), StoreError> {
     let mut client = connect(config, ctx)?;
     let err = |e: postgres::Error| ctx.backend("cannot read a snapshot", &e);
     let mut tx = read_tx(&mut client, ctx)?;
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(usize::try_from(info.bytes).unwrap_or(usize::MAX))
-        .map_err(|_| StoreError::Backend {
-            store: ctx.store.to_string(),
-            detail: format!("cannot allocate {} bytes for a snapshot", info.bytes),
-        })?;
+    let mut verifier = ChunkVerifier::new(ctx.store, info);
     {
         let id = to_i64(info.id);
         let mut rows = tx
@@ -213,24 +208,15 @@ pub(super) fn read_snapshot(
                 [id],
             )
             .map_err(err)?;
-        let mut expected = 0i64;
         while let Some(row) = rows.next().map_err(err)? {
             let idx: i64 = row.try_get(0).map_err(err)?;
-            if idx != expected {
-                return Err(StoreError::Corrupt {
-                    store: ctx.store.to_string(),
-                    seq: Some(info.seq),
-                    detail: format!("snapshot {}: chunk {expected} is missing", info.id),
-                });
-            }
             let data: &[u8] = row.try_get(1).map_err(err)?;
-            bytes.extend_from_slice(data);
-            expected += 1;
+            verifier.chunk(idx, data)?;
+            sink(data)?;
         }
     }
     tx.commit().map_err(err)?;
-    verify(ctx.store, info, &bytes)?;
-    Ok(bytes)
+    verifier.finish()
 }
 
 pub(super) fn delete_snapshot(config: &Config, ctx: &Ctx<'_>, id: u64) -> Result<(), StoreError> {
@@ -297,7 +283,7 @@ pub(super) fn compact(
     snapshot: &SnapshotInfo,
 ) -> Result<CompactionInfo, StoreError> {
     // The snapshot must read back intact before anything it stands for goes.
-    read_snapshot(config, ctx, snapshot)?;
+    read_snapshot(config, ctx, snapshot, &mut |_| Ok(()))?;
     let mut client = connect(config, ctx)?;
     let err = |e: postgres::Error| ctx.backend("cannot compact", &e);
     let mut tx = client.transaction().map_err(err)?;

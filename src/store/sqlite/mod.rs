@@ -194,8 +194,12 @@ impl Store for SqliteStore {
         snapshots::list(&self.path, &self.name)
     }
 
-    fn read_snapshot(&self, info: &SnapshotInfo) -> Result<Vec<u8>, StoreError> {
-        snapshots::read_snapshot(&self.path, &self.name, info)
+    fn read_snapshot_chunks(
+        &self,
+        info: &SnapshotInfo,
+        sink: &mut (dyn FnMut(&[u8]) -> Result<(), StoreError> + Send),
+    ) -> Result<(), StoreError> {
+        snapshots::read_snapshot(&self.path, &self.name, info, sink)
     }
 
     fn delete_snapshot(&self, id: u64) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::{db_error, open_connection, open_reader, raw_row};
 use crate::store::snapshots::{
-    hex, now_secs, verify, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES, STORAGE_SQL,
+    hex, now_secs, ChunkVerifier, RemovedDigest, ABANDONED_AFTER_SECS, CHUNK_BYTES, STORAGE_SQL,
 };
 use crate::store::{
     CompactionInfo, RowChecker, SnapshotInfo, StorageStats, StoreError, StoredRecord,
@@ -193,40 +193,27 @@ pub(super) fn read_snapshot(
     path: &Path,
     store: &str,
     info: &SnapshotInfo,
-) -> Result<Vec<u8>, StoreError> {
+    sink: &mut (dyn FnMut(&[u8]) -> Result<(), StoreError> + Send),
+) -> Result<(), StoreError> {
     let conn = open_reader(path, store)?;
     let err = |e: rusqlite::Error| db_error(store, "cannot read a snapshot", &e);
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(usize::try_from(info.bytes).unwrap_or(usize::MAX))
-        .map_err(|_| StoreError::Backend {
-            store: store.to_string(),
-            detail: format!("cannot allocate {} bytes for a snapshot", info.bytes),
-        })?;
     let mut stmt = conn
         .prepare("SELECT idx, data FROM dpledger_snapshot_chunks WHERE snapshot = ?1 ORDER BY idx")
         .map_err(err)?;
     let mut rows = stmt.query([to_i64(info.id)]).map_err(err)?;
-    let mut expected = 0i64;
+    let mut verifier = ChunkVerifier::new(store, info);
     while let Some(row) = rows.next().map_err(err)? {
         let idx: i64 = row.get(0).map_err(err)?;
-        if idx != expected {
-            return Err(StoreError::Corrupt {
-                store: store.to_string(),
-                seq: Some(info.seq),
-                detail: format!("snapshot {}: chunk {expected} is missing", info.id),
-            });
-        }
         let data = row.get_ref(1).map_err(err)?;
-        bytes.extend_from_slice(data.as_blob().map_err(|e| StoreError::Corrupt {
+        let data = data.as_blob().map_err(|e| StoreError::Corrupt {
             store: store.to_string(),
             seq: Some(info.seq),
             detail: format!("snapshot {} chunk {idx}: {e}", info.id),
-        })?);
-        expected += 1;
+        })?;
+        verifier.chunk(idx, data)?;
+        sink(data)?;
     }
-    verify(store, info, &bytes)?;
-    Ok(bytes)
+    verifier.finish()
 }
 
 pub(super) fn delete_snapshot(path: &Path, store: &str, id: u64) -> Result<(), StoreError> {
@@ -286,7 +273,7 @@ pub(super) fn compact(
     snapshot: &SnapshotInfo,
 ) -> Result<CompactionInfo, StoreError> {
     // The snapshot must read back intact before anything it stands for goes.
-    read_snapshot(path, store, snapshot)?;
+    read_snapshot(path, store, snapshot, &mut |_| Ok(()))?;
     let mut conn = open_connection(path, store)?;
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(|e| db_error(store, "cannot set synchronous", &e))?;
