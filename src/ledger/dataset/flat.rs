@@ -2,64 +2,38 @@
 //!
 //! MessagePack writes every integer of a `Vec<u64>` as its own value and every
 //! list of a `Vec<Box<[u64]>>` as its own array, and reads them back one by
-//! one: for the level history of a million examples that parse (and the
-//! snapshot's size) grew with the run, and dominated a restart. As byte strings
-//! the same data is one copy each way. Used through `#[serde(with = ...)]`.
+//! one: for the level history of a million examples (hundreds of megabytes
+//! after a hundred million reported norms) that parse dominated a restart. As
+//! one byte string each, decoded straight from the borrowed header bytes into
+//! the final vectors, the data is copied once each way. Used through
+//! `#[serde(with = ...)]`.
 
-use serde::de::{Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeTuple, Serializer};
-use serde::Deserialize;
+use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+use serde::ser::Serializer;
 
-/// A byte string read from any serde format (formats without byte strings
-/// give a sequence of numbers).
-struct Bytes(Vec<u8>);
+/// Deserializes a byte string with `decode`, borrowing it where the format
+/// allows (formats without byte strings give a sequence of numbers).
+struct DecodeBytes<F>(F);
 
-impl<'de> Deserialize<'de> for Bytes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
-                let mut out = Vec::new();
-                while let Some(b) = seq.next_element()? {
-                    out.push(b);
-                }
-                Ok(out)
-            }
+impl<'de, T, F: FnOnce(&[u8]) -> Result<T, String>> Visitor<'de> for DecodeBytes<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a byte string")
+    }
+    fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<T, E> {
+        (self.0)(v).map_err(E::custom)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        let mut bytes = Vec::new();
+        while let Some(b) = seq.next_element::<u8>()? {
+            bytes.push(b);
         }
-        d.deserialize_bytes(V).map(Bytes)
+        (self.0)(&bytes).map_err(A::Error::custom)
     }
 }
 
-fn to_bytes<const W: usize>(values: impl Iterator<Item = [u8; W]>, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len * W);
-    values.for_each(|v| out.extend_from_slice(&v));
-    out
-}
-
-fn from_bytes<T, const W: usize, E: serde::de::Error>(
-    bytes: &[u8],
-    decode: fn([u8; W]) -> T,
-) -> Result<Vec<T>, E> {
-    if bytes.len() % W != 0 {
-        return Err(E::custom(format!(
-            "{} bytes are not a whole number of {W}-byte values",
-            bytes.len()
-        )));
-    }
-    Ok(bytes
-        .chunks_exact(W)
-        .map(|c| decode(c.try_into().expect("W bytes")))
-        .collect())
+fn le_u64(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
 }
 
 /// `Vec<u64>` as one byte string.
@@ -67,61 +41,66 @@ pub(super) mod u64s {
     use super::*;
 
     pub fn serialize<S: Serializer>(values: &[u64], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&to_bytes(
-            values.iter().map(|v| v.to_le_bytes()),
-            values.len(),
-        ))
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
-        from_bytes(&Bytes::deserialize(d)?.0, u64::from_le_bytes)
+        d.deserialize_bytes(DecodeBytes(|bytes: &[u8]| {
+            if bytes.len() % 8 != 0 {
+                return Err(format!("{} bytes are not whole u64s", bytes.len()));
+            }
+            Ok(bytes.chunks_exact(8).map(le_u64).collect())
+        }))
     }
 }
 
-/// `Vec<Box<[u64]>>` as two byte strings: every list's length (u32), then
-/// every value.
+/// `Vec<Box<[u64]>>` as one byte string: the number of lists (u64), every
+/// list's length (u32), then every value (u64).
 pub(super) mod u64_lists {
     use super::*;
 
     pub fn serialize<S: Serializer>(lists: &[Box<[u64]>], s: S) -> Result<S::Ok, S::Error> {
-        let lengths = to_bytes(
-            lists.iter().map(|l| (l.len() as u32).to_le_bytes()),
-            lists.len(),
-        );
-        let total = lists.iter().map(|l| l.len()).sum();
-        let values = to_bytes(lists.iter().flatten().map(|v| v.to_le_bytes()), total);
-        let mut t = s.serialize_tuple(2)?;
-        t.serialize_element(&Raw(&lengths))?;
-        t.serialize_element(&Raw(&values))?;
-        t.end()
+        let total: usize = lists.iter().map(|l| l.len()).sum();
+        let mut bytes = Vec::with_capacity(8 + lists.len() * 4 + total * 8);
+        bytes.extend_from_slice(&(lists.len() as u64).to_le_bytes());
+        for l in lists {
+            bytes.extend_from_slice(&(l.len() as u32).to_le_bytes());
+        }
+        for v in lists.iter().flat_map(|l| l.iter()) {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        s.serialize_bytes(&bytes)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<[u64]>>, D::Error> {
-        use serde::de::Error;
-        let (Bytes(lengths), Bytes(values)) = <(Bytes, Bytes)>::deserialize(d)?;
-        let lengths: Vec<u32> = from_bytes(&lengths, u32::from_le_bytes)?;
-        let values: Vec<u64> = from_bytes(&values, u64::from_le_bytes)?;
-        let total: u64 = lengths.iter().map(|&l| l as u64).sum();
-        if total != values.len() as u64 {
-            return Err(D::Error::custom("list lengths do not add up to the values"));
-        }
-        let mut at = 0;
-        Ok(lengths
-            .into_iter()
-            .map(|l| {
-                let list: Box<[u64]> = values[at..at + l as usize].into();
-                at += l as usize;
-                list
-            })
-            .collect())
+        d.deserialize_bytes(DecodeBytes(decode))
     }
-}
 
-/// Bytes that serialize as a byte string.
-struct Raw<'a>(&'a [u8]);
-
-impl serde::Serialize for Raw<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(self.0)
+    fn decode(bytes: &[u8]) -> Result<Vec<Box<[u64]>>, String> {
+        let short = || "the lists are cut short".to_string();
+        let count =
+            usize::try_from(le_u64(bytes.get(..8).ok_or_else(short)?)).map_err(|_| short())?;
+        let lengths_end = count
+            .checked_mul(4)
+            .and_then(|l| l.checked_add(8))
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(short)?;
+        let (lengths, mut values) = bytes[8..].split_at(lengths_end - 8);
+        let mut lists = Vec::with_capacity(count);
+        for len in lengths.chunks_exact(4) {
+            let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+            let take = len
+                .checked_mul(8)
+                .filter(|&b| b <= values.len())
+                .ok_or_else(short)?;
+            let (list, rest) = values.split_at(take);
+            lists.push(list.chunks_exact(8).map(le_u64).collect());
+            values = rest;
+        }
+        if !values.is_empty() {
+            return Err("bytes after the last list".into());
+        }
+        Ok(lists)
     }
 }

@@ -275,10 +275,12 @@ impl Ledger {
     }
 }
 
-/// Exactly `len` bytes from `reader`, growing the buffer as they come (a bad
-/// length cannot allocate more than what is there); `None` if fewer come.
+/// Exactly `len` bytes from `reader`; `None` if fewer come or they cannot be
+/// allocated. Callers first check `len` against the image's recorded length,
+/// so unverified bytes cannot ask for more memory than the image itself.
 pub fn read_bytes(reader: &mut dyn Read, len: u64) -> Option<Vec<u8>> {
     let mut out = Vec::new();
+    out.try_reserve_exact(usize::try_from(len).ok()?).ok()?;
     reader.take(len).read_to_end(&mut out).ok()?;
     (out.len() as u64 == len).then_some(out)
 }
