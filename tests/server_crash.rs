@@ -8,43 +8,10 @@ mod common;
 
 use common::*;
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn steps_trace(n: u64, q: f64, count: u64) -> Vec<Value> {
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(42);
-    (0..count)
-        .map(|t| {
-            let mut ids = Vec::new();
-            let mut norms = Vec::new();
-            for i in 0..n {
-                if rng.random::<f64>() < q {
-                    ids.push(i);
-                    norms.push(rng.random::<f64>() * 1.3);
-                }
-            }
-            json!({"step": t, "ids": ids, "norms": norms})
-        })
-        .collect()
-}
-
-/// POST without panicking on a dead server: `None` = no acknowledgement seen.
-fn try_post(url: &str, token: &str, body: &Value) -> Option<(u16, Value)> {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(10))
-        .build();
-    match agent
-        .post(url)
-        .set("Authorization", &format!("Bearer {token}"))
-        .send_json(body.clone())
-    {
-        Ok(r) => Some((r.status(), r.into_json().ok()?)),
-        Err(ureq::Error::Status(code, r)) => Some((code, r.into_json().unwrap_or(Value::Null))),
-        Err(_) => None,
-    }
-}
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_step() {
@@ -58,7 +25,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_step() {
         &json!({"id": "crash", "config": poisson_config(n, q, 1.0)}),
     );
     assert_eq!(r.status, 201);
-    let trace = Arc::new(steps_trace(n, q, 20_000));
+    let trace = Arc::new(poisson_trace(42, n, q, 20_000));
     let mut rng = rand_pcg::Pcg64::seed_from_u64(7);
     // Steps the client saw acknowledged: 0..acked.
     let mut acked = 0u64;
@@ -72,7 +39,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_step() {
                 let mut dups = 0;
                 loop {
                     let t = progress.load(Ordering::SeqCst);
-                    match try_post(&url, &admin, &trace[t as usize]) {
+                    match try_post(&url, &admin, &trace[t as usize], Duration::from_secs(10)) {
                         Some((200, body)) => {
                             assert_eq!(body["step"], t);
                             if body["duplicate"] == true {
@@ -110,7 +77,13 @@ fn sigkill_at_random_moments_loses_no_acknowledged_step() {
     );
     // Finish: the retry of a possibly-persisted step and the final state.
     let url = format!("{}/v1/datasets/crash/steps", server.url);
-    let (code, body) = try_post(&url, &admin, &trace[acked as usize]).expect("server up");
+    let (code, body) = try_post(
+        &url,
+        &admin,
+        &trace[acked as usize],
+        Duration::from_secs(10),
+    )
+    .expect("server up");
     assert_eq!(code, 200);
     if body["duplicate"] == true {
         duplicates_seen += 1;

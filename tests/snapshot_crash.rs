@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,37 +18,6 @@ use std::time::Duration;
 /// Large enough that a snapshot takes a noticeable time to write (about 13 MB).
 const N: u64 = 20_000;
 const Q: f64 = 0.02;
-
-fn trace(count: u64) -> Vec<Value> {
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(11);
-    (0..count)
-        .map(|t| {
-            let (mut ids, mut norms) = (Vec::new(), Vec::new());
-            for i in 0..N {
-                if rng.random::<f64>() < Q {
-                    ids.push(i);
-                    norms.push(rng.random::<f64>() * 1.3);
-                }
-            }
-            json!({"step": t, "ids": ids, "norms": norms})
-        })
-        .collect()
-}
-
-fn try_post(url: &str, token: &str, body: &Value) -> Option<(u16, Value)> {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(20))
-        .build();
-    match agent
-        .post(url)
-        .set("Authorization", &format!("Bearer {token}"))
-        .send_json(body.clone())
-    {
-        Ok(r) => Some((r.status(), r.into_json().ok()?)),
-        Err(ureq::Error::Status(code, r)) => Some((code, r.into_json().unwrap_or(Value::Null))),
-        Err(_) => None,
-    }
-}
 
 #[test]
 fn sigkill_during_snapshots_and_compaction_loses_nothing() {
@@ -62,7 +31,7 @@ fn sigkill_during_snapshots_and_compaction_loses_nothing() {
         &json!({"id": "c", "config": poisson_config(N, Q, 1.0)}),
     );
     assert_eq!(r.status, 201, "{:?}", r.body);
-    let trace = Arc::new(trace(20_000));
+    let trace = Arc::new(poisson_trace(11, N, Q, 20_000));
     let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
     let mut acked = 0u64;
     let store_url = format!("sqlite:{}", dir.path().join("dpledger.sqlite").display());
@@ -76,7 +45,7 @@ fn sigkill_during_snapshots_and_compaction_loses_nothing() {
                 if t as usize >= trace.len() {
                     return;
                 }
-                match try_post(&url, &admin, &trace[t as usize]) {
+                match try_post(&url, &admin, &trace[t as usize], Duration::from_secs(20)) {
                     Some((200, body)) => {
                         assert_eq!(body["step"], t);
                         progress.store(t + 1, Ordering::SeqCst);

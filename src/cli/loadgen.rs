@@ -88,6 +88,30 @@ pub(super) fn batch(rng: &mut Rng, n: u64, size: usize, step: u64) -> StepReport
     StepReport::new(step, ids, norms)
 }
 
+/// Steps `range` of a stream as encoded step reports (encoded up front, so
+/// that the client's own cost is not measured).
+pub(super) fn encoded_steps(
+    rng: &mut Rng,
+    examples: u64,
+    size: usize,
+    range: std::ops::Range<u64>,
+) -> Vec<Vec<u8>> {
+    range
+        .map(|t| {
+            let r = batch(rng, examples, size, t);
+            StepPayload {
+                step: t,
+                part: None,
+                noise_multiplier: None,
+                sampling_rate: None,
+                ids: r.ids,
+                norms: r.norms,
+            }
+            .encode()
+        })
+        .collect()
+}
+
 pub(super) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -155,20 +179,7 @@ impl LoadgenCmd {
         let bodies: Vec<Vec<Vec<u8>>> = (0..self.streams)
             .map(|k| {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (k as u64 + 1));
-                (0..self.steps)
-                    .map(|t| {
-                        let r = batch(&mut rng, self.examples, self.batch, t);
-                        StepPayload {
-                            step: t,
-                            part: None,
-                            noise_multiplier: None,
-                            sampling_rate: None,
-                            ids: r.ids,
-                            norms: r.norms,
-                        }
-                        .encode()
-                    })
-                    .collect()
+                encoded_steps(&mut rng, self.examples, self.batch, 0..self.steps)
             })
             .collect();
         let started = Instant::now();

@@ -69,14 +69,7 @@ pub struct CompactCmd {
 impl CompactCmd {
     /// Compact and describe what was done (JSON).
     pub fn run(&self) -> anyhow::Result<String> {
-        let url = self.store.clone().unwrap_or_else(|| {
-            format!(
-                "sqlite:{}",
-                self.data.data_dir.join("dpledger.sqlite").display()
-            )
-        });
-        let store =
-            crate::store::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?;
+        let store = self.data.open_store(self.store.as_deref())?;
         let outcomes = crate::engine::compact_store(store.as_ref(), self.dataset.as_deref())?;
         Ok(serde_json::to_string_pretty(&outcomes)? + "\n")
     }

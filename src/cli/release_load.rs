@@ -8,30 +8,11 @@
 //! most 2), with how many releases ran and how long they took. On a machine
 //! with few cores the second phase shows how much of the slowdown is only CPU.
 
-use super::loadgen::{agent, batch, percentile, LoadgenCmd, Rng};
-use crate::store::codec::StepPayload;
+use super::loadgen::{agent, encoded_steps, percentile, LoadgenCmd, Rng};
 use anyhow::Context;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Encoded step reports `from..to` of the run's stream.
-fn bodies(cmd: &LoadgenCmd, rng: &mut Rng, from: u64, to: u64) -> Vec<Vec<u8>> {
-    (from..to)
-        .map(|t| {
-            let r = batch(rng, cmd.examples, cmd.batch, t);
-            StepPayload {
-                step: t,
-                part: None,
-                noise_multiplier: None,
-                sampling_rate: None,
-                ids: r.ids,
-                norms: r.norms,
-            }
-            .encode()
-        })
-        .collect()
-}
 
 /// Post `steps`, returning each one's latency, sorted.
 fn timed_steps(url: &str, auth: &str, steps: &[Vec<u8>]) -> anyhow::Result<Vec<Duration>> {
@@ -73,12 +54,12 @@ pub(super) fn run(cmd: &LoadgenCmd) -> anyhow::Result<(serde_json::Value, String
     // A few untimed steps first, so that every phase starts from a trained
     // ledger (and the other dataset has something to release).
     let warmup = 5;
-    let first = bodies(cmd, &mut rng, 0, warmup);
+    let first = encoded_steps(&mut rng, cmd.examples, cmd.batch, 0..warmup);
     timed_steps(&steps_url(&name), &auth, &first)?;
     timed_steps(&steps_url(&other), &auth, &first)?;
     let mut next = warmup;
     let mut phase = |releasing: Option<&str>| -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
-        let steps = bodies(cmd, &mut rng, next, next + cmd.steps);
+        let steps = encoded_steps(&mut rng, cmd.examples, cmd.batch, next..next + cmd.steps);
         next += cmd.steps;
         match releasing {
             None => Ok((timed_steps(&steps_url(&name), &auth, &steps)?, Vec::new())),

@@ -23,6 +23,17 @@ pub struct DataDirArg {
     pub data_dir: PathBuf,
 }
 
+impl DataDirArg {
+    /// Open the store at `url`, or the embedded one in the data directory
+    /// (`sqlite:<data-dir>/dpledger.sqlite`) when none is given.
+    pub fn open_store(&self, url: Option<&str>) -> anyhow::Result<Arc<dyn crate::store::Store>> {
+        let url = url.map(str::to_string).unwrap_or_else(|| {
+            format!("sqlite:{}", self.data_dir.join("dpledger.sqlite").display())
+        });
+        crate::store::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))
+    }
+}
+
 /// Algorithms accepted from an external identity provider.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ExternalAlgorithm {
@@ -245,14 +256,7 @@ impl ServeCmd {
             None => Authorizer::hs256(&load_or_create_secret(&self.data.data_dir, true)?),
         }
         .with_leeway(self.token_leeway);
-        let url = self.store.clone().unwrap_or_else(|| {
-            format!(
-                "sqlite:{}",
-                self.data.data_dir.join("dpledger.sqlite").display()
-            )
-        });
-        let store =
-            crate::store::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?;
+        let store = self.data.open_store(self.store.as_deref())?;
         let limits = Limits {
             max_body_bytes: self.max_body_bytes,
             ..Limits::default()

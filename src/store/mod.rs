@@ -203,7 +203,9 @@ pub trait Store: Send + Sync {
     fn load(
         &self,
         visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
-    ) -> Result<LoadStats, StoreError>;
+    ) -> Result<LoadStats, StoreError> {
+        self.load_after(0, visit)
+    }
 
     /// The store's location for logs and error messages (`sqlite:/abs/path` or the
     /// PostgreSQL URL with any password replaced by `***`).

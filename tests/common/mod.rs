@@ -356,3 +356,36 @@ pub fn assert_served_matches_replay(
         );
     }
 }
+
+/// A reproducible trace of `count` Poisson steps over `n` examples at rate `q`
+/// (norms uniform in [0, 1.3)), as JSON step reports: what the crash tests stream.
+pub fn poisson_trace(seed: u64, n: u64, q: f64, count: u64) -> Vec<Value> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+    (0..count)
+        .map(|t| {
+            let (mut ids, mut norms) = (Vec::new(), Vec::new());
+            for i in 0..n {
+                if rng.random::<f64>() < q {
+                    ids.push(i);
+                    norms.push(rng.random::<f64>() * 1.3);
+                }
+            }
+            json!({"step": t, "ids": ids, "norms": norms})
+        })
+        .collect()
+}
+
+/// POST without panicking on a dead server: `None` = no acknowledgement seen.
+pub fn try_post(url: &str, token: &str, body: &Value, timeout: Duration) -> Option<(u16, Value)> {
+    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+    match agent
+        .post(url)
+        .set("Authorization", &format!("Bearer {token}"))
+        .send_json(body.clone())
+    {
+        Ok(r) => Some((r.status(), r.into_json().ok()?)),
+        Err(ureq::Error::Status(code, r)) => Some((code, r.into_json().unwrap_or(Value::Null))),
+        Err(_) => None,
+    }
+}

@@ -243,13 +243,6 @@ impl Store for PgStore {
         self.writer.append(records)
     }
 
-    fn load(
-        &self,
-        visit: &mut dyn FnMut(StoredRecord) -> Result<(), StoreError>,
-    ) -> Result<LoadStats, StoreError> {
-        self.load_after(0, visit)
-    }
-
     fn describe(&self) -> String {
         self.name.clone()
     }
