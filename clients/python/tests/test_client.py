@@ -250,3 +250,20 @@ def test_worst_case_matches_the_stateless_accountant(server, admin: Client, new_
     want = admin.accountant_epsilon(0.1, 1.3, 25, 1e-5, orders=orders)
     got = admin.worst_case(ds)
     assert rel(got.rdp.epsilon, want.epsilon) <= 1e-12 and got.rdp.order == want.order and got.epsilon <= got.rdp.epsilon
+
+
+def test_storage_report(server, admin: Client, new_id):
+    """GET /v1/admin/storage as typed data: the new dataset's records, memory
+    and examples; a curator of that very dataset may not read it (admin only)."""
+    ds = new_id()
+    admin.create_dataset(ds, poisson_config(50))
+    admin.report_step(ds, 0, [1, 2], [0.5, 0.2])
+    report = admin.storage()
+    entry = next(d for d in report.datasets if d.id == ds)
+    assert (entry.examples, entry.steps, entry.paged_out, entry.archived) == (50, 1, False, False)
+    assert entry.log_records == 2 and entry.log_bytes > 0
+    assert entry.memory_bytes > 0 and report.memory_bytes >= entry.memory_bytes
+    assert report.log_records >= entry.log_records
+    assert report.table_cache.bytes <= report.table_cache.bound_bytes
+    with pytest.raises(Forbidden):
+        admin.with_token(server.token("curator", ds)).storage()

@@ -46,6 +46,7 @@ from .types import (
     DatasetConfig,
     DatasetList,
     DatasetView,
+    StorageReport,
     EpsilonRequest,
     EpsilonResponse,
     Health,
@@ -148,6 +149,7 @@ OPERATIONS: Dict[str, Operation] = {
     "healthz": Operation("GET", "/healthz", Health, IDEMPOTENT),
     "readyz": Operation("GET", "/readyz", Health, IDEMPOTENT),
     "metrics_endpoint": Operation("GET", "/metrics", None, IDEMPOTENT),
+    "storage": Operation("GET", "/v1/admin/storage", StorageReport, IDEMPOTENT),
     "openapi_json": Operation("GET", "/openapi.json", None, IDEMPOTENT),
 }
 
@@ -690,6 +692,11 @@ class Client:
     def metrics_endpoint(self) -> str:
         """Prometheus text exposition."""
         return self._call("metrics_endpoint").text
+
+    def storage(self) -> StorageReport:
+        """What the service keeps where: log, snapshot and archive bytes, each
+        dataset's memory and newest snapshot (admin token; loads nothing)."""
+        return self._call("storage")
 
     def openapi_json(self) -> Dict[str, Any]:
         """The server's OpenAPI document."""

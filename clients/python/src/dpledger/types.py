@@ -85,6 +85,10 @@ __all__ = [
     "DataDependentAnalysis",
     "DataDependentExampleView",
     "Health",
+    "StorageReport",
+    "DatasetStorageReport",
+    "SnapshotReport",
+    "TableCacheReport",
     "Problem",
     "from_json",
     "to_json",
@@ -719,6 +723,66 @@ class PolicyView:
 class Health:
     __schema__: ClassVar[str] = "Health"
     status: str
+
+
+@dataclass
+class SnapshotReport:
+    """A dataset's newest complete snapshot."""
+
+    __schema__: ClassVar[str] = "SnapshotReport"
+    id: int
+    seq: int
+    bytes: int
+    created: int
+    age_seconds: int
+    pinned: bool
+
+
+@dataclass
+class DatasetStorageReport:
+    """One dataset's part of the storage report: store bytes, memory, paging."""
+
+    __schema__: ClassVar[str] = "DatasetStorageReport"
+    id: str
+    archived: bool
+    paged_out: bool
+    examples: int
+    steps: int
+    memory_bytes: int
+    idle_seconds: float
+    last_seq: int
+    log_records: int
+    log_bytes: int
+    snapshot_bytes: int
+    archive_bytes: int
+    records_since_snapshot: int
+    newest_snapshot: Optional[SnapshotReport] = None
+
+
+@dataclass
+class TableCacheReport:
+    __schema__: ClassVar[str] = "TableCacheReport"
+    tables: int
+    bytes: int
+    bound_bytes: int
+    evictions: int
+
+
+@dataclass
+class StorageReport:
+    """What the service keeps where (``GET /v1/admin/storage``, admin only)."""
+
+    __schema__: ClassVar[str] = "StorageReport"
+    store: str
+    log_records: int
+    log_bytes: int
+    snapshot_bytes: int
+    archive_bytes: int
+    memory_bytes: int
+    datasets_in_memory: int
+    datasets_paged_out: int
+    table_cache: TableCacheReport
+    datasets: List[DatasetStorageReport]
 
 
 @dataclass
