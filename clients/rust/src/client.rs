@@ -14,7 +14,8 @@ use crate::release::{
 use crate::retry::{retry_status, retry_transport, Idempotency, RetryPolicy};
 use crate::types::{
     CreateDataset, DatasetConfig, DatasetList, DatasetView, Health, PrivacyQuery, PrivacyView,
-    RefreshOutcome, RefreshRequest, StepOutcome, StepReport, Thresholds, WorstCaseBounds,
+    RefreshOutcome, RefreshRequest, StepOutcome, StepReport, StorageReport, Thresholds,
+    WorstCaseBounds,
 };
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::Method;
@@ -810,6 +811,19 @@ impl Client {
         self.json_call(
             Method::GET,
             &["healthz"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
+    }
+
+    /// `GET /v1/admin/storage` (admin token): the log's size, each dataset's
+    /// memory and newest snapshot, the table cache. Loads no paged-out dataset.
+    pub async fn storage(&self) -> Result<StorageReport> {
+        self.json_call(
+            Method::GET,
+            &["v1", "admin", "storage"],
             &[],
             Body::None,
             Idempotency::Idempotent,

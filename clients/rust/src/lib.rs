@@ -62,3 +62,4 @@ pub use types::{
     PrivacyQuery, PrivacyView, RefreshOutcome, Sampling, StepOutcome, StepReport, Thresholds,
     WorstCase, WorstCaseBounds, WorstCaseMethod,
 };
+pub use types::{DatasetStorageReport, SnapshotReport, StorageReport, TableCacheReport};

@@ -499,3 +499,92 @@ pub struct Health {
     /// `"ok"`.
     pub status: String,
 }
+
+/// What the service keeps where (`GET /v1/admin/storage`, admin only).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct StorageReport {
+    /// Where the store is (no secrets).
+    pub store: String,
+    /// Records in the log (compacted ones included).
+    pub log_records: u64,
+    /// Payload bytes of the log's records.
+    pub log_bytes: u64,
+    /// Bytes of complete snapshots.
+    pub snapshot_bytes: u64,
+    /// Bytes of archives of archived datasets' answers.
+    pub archive_bytes: u64,
+    /// Memory held by every dataset's ledger.
+    pub memory_bytes: u64,
+    /// Datasets whose ledger is in memory.
+    pub datasets_in_memory: u64,
+    /// Datasets paged out.
+    pub datasets_paged_out: u64,
+    /// The sampled-Gaussian table cache.
+    pub table_cache: TableCacheReport,
+    /// Every dataset.
+    pub datasets: Vec<DatasetStorageReport>,
+}
+
+/// The table cache's size against its bound.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TableCacheReport {
+    /// Tables held.
+    pub tables: u64,
+    /// Bytes they take.
+    pub bytes: u64,
+    /// The bound.
+    pub bound_bytes: u64,
+    /// Tables dropped to stay within the bound.
+    pub evictions: u64,
+}
+
+/// One dataset's part of the storage report.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DatasetStorageReport {
+    /// Its id.
+    pub id: String,
+    /// Archived (read-only).
+    pub archived: bool,
+    /// Out of memory until its next request.
+    pub paged_out: bool,
+    /// Its examples.
+    pub examples: u64,
+    /// Steps applied.
+    pub steps: u64,
+    /// Memory its ledger holds now.
+    pub memory_bytes: u64,
+    /// Seconds since it was last read or changed.
+    pub idle_seconds: f64,
+    /// Sequence number of its last record.
+    pub last_seq: u64,
+    /// Its records in the log.
+    pub log_records: u64,
+    /// Payload bytes of its records.
+    pub log_bytes: u64,
+    /// Bytes of its snapshots.
+    pub snapshot_bytes: u64,
+    /// Bytes of its archive.
+    pub archive_bytes: u64,
+    /// Its newest complete snapshot.
+    #[serde(default)]
+    pub newest_snapshot: Option<SnapshotReport>,
+    /// Records applied since that snapshot (what a restart replays).
+    pub records_since_snapshot: u64,
+}
+
+/// A dataset's newest snapshot.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SnapshotReport {
+    /// Catalogue id.
+    pub id: u64,
+    /// The record it was taken at.
+    pub seq: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// When it was written (seconds since the Unix epoch).
+    pub created: u64,
+    /// Seconds since it was written.
+    pub age_seconds: u64,
+    /// Kept by a compaction.
+    pub pinned: bool,
+}

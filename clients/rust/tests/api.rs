@@ -414,6 +414,13 @@ async fn operations_endpoints() {
         .report_step("m", &StepReport::new(0, vec![1, 2], vec![0.1, 0.2]))
         .await
         .unwrap();
+    // The admin's storage report, typed: dataset m's records and memory.
+    let report = env.admin.storage().await.unwrap();
+    let m = report.datasets.iter().find(|d| d.id == "m").unwrap();
+    assert_eq!((m.examples, m.steps, m.paged_out), (10, 1, false));
+    assert!(m.log_records >= 2 && m.memory_bytes > 0);
+    assert!(report.memory_bytes >= m.memory_bytes);
+    assert!(anonymous.storage().await.is_err());
     // /metrics names datasets and groups: it needs an admin or metrics token.
     let refused = anonymous.metrics().await.unwrap_err();
     assert!(
