@@ -14,6 +14,10 @@ use rand_pcg::Pcg64;
 use serde_json::json;
 use std::collections::BTreeMap;
 
+#[path = "common/traces.rs"]
+mod traces;
+use traces::{config, norm};
+
 /// `(q bits, sigma bits, level) -> steps` per example.
 type Counts = Vec<BTreeMap<(u64, u64, u32), u64>>;
 
@@ -109,33 +113,10 @@ fn served(ledger: &Ledger, id: u64) -> BTreeMap<(u64, u64, u32), u64> {
     out
 }
 
-fn norm(rng: &mut Pcg64) -> f64 {
-    match rng.random_range(0..10) {
-        0 => 0.0,
-        1..=2 => rng.random_range(1.0..3.0), // at or above C
-        _ => rng.random_range(0.0..1.0),
-    }
-}
-
 /// Run one random trace, checking the counts; returns how many were retired.
 fn run_trace(seed: u64, shuffle: bool, filter: bool) -> usize {
     let mut rng = Pcg64::seed_from_u64(seed);
-    let n: u64 = rng.random_range(4..40);
-    let batch = rng.random_range(1..=n.min(8));
-    let sampling = if shuffle {
-        json!({"kind": "shuffle", "batch_size": batch})
-    } else {
-        json!({"kind": "poisson", "rate": 0.05})
-    };
-    let mut config = json!({"examples": n, "max_grad_norm": 1.0, "rounding": 0.05,
-        "noise_multiplier": 1.1, "sampling": sampling, "delta": 1e-5,
-        "orders": [2.0, 4.0, 8.0, 16.0, 32.0]});
-    if filter {
-        // Shuffle charges a full Gaussian per processing: a larger budget.
-        let epsilon = if shuffle { 8.0 } else { 3.0 };
-        config["individual_budget"] = json!({"epsilon": epsilon, "delta": 1e-5});
-    }
-    let config: DatasetConfig = serde_json::from_value(config).unwrap();
+    let (config, n, batch) = config(&mut rng, shuffle, filter, 40);
     let mut ledger = Ledger::new(config).unwrap();
     let mut naive = Naive::new(&ledger, shuffle);
     let steps_per_epoch = n.div_ceil(batch);

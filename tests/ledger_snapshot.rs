@@ -38,7 +38,7 @@ fn observe(ledger: &Ledger) -> String {
 
 fn run(seed: u64, shuffle: bool, filter: bool) {
     let mut rng = Pcg64::seed_from_u64(seed);
-    let (config, n, batch) = config(&mut rng, shuffle, filter);
+    let (config, n, batch) = config(&mut rng, shuffle, filter, 60);
     let ops = trace(&mut rng, n, batch, shuffle);
     let mut original = Ledger::new(config).unwrap();
     let cut = rng.random_range(0..=ops.len());
@@ -93,7 +93,7 @@ fn a_loaded_snapshot_continues_exactly_like_the_original() {
 #[test]
 fn damaged_or_foreign_images_are_refused() {
     let mut rng = Pcg64::seed_from_u64(5);
-    let (config, n, batch) = config(&mut rng, false, true);
+    let (config, n, batch) = config(&mut rng, false, true, 60);
     let mut ledger = Ledger::new(config).unwrap();
     for op in &trace(&mut rng, n, batch, false) {
         apply(&mut ledger, op);

@@ -28,7 +28,7 @@ fn epsilons(ledger: &Ledger) -> Vec<f64> {
 
 fn run(seed: u64, shuffle: bool, filter: bool) {
     let mut rng = Pcg64::seed_from_u64(seed);
-    let (config, n, batch) = config(&mut rng, shuffle, filter);
+    let (config, n, batch) = config(&mut rng, shuffle, filter, 60);
     let ops = trace(&mut rng, n, batch, shuffle);
     let mut ledger = Ledger::new(config).unwrap();
     let mut cut = rng.random_range(0..=ops.len());

@@ -26,8 +26,15 @@ pub fn norm(rng: &mut Pcg64) -> f64 {
     }
 }
 
-pub fn config(rng: &mut Pcg64, shuffle: bool, filter: bool) -> (DatasetConfig, u64, u64) {
-    let n: u64 = rng.random_range(4..60);
+/// A random small configuration of fewer than `max_examples` examples, its
+/// size and its batch size.
+pub fn config(
+    rng: &mut Pcg64,
+    shuffle: bool,
+    filter: bool,
+    max_examples: u64,
+) -> (DatasetConfig, u64, u64) {
+    let n: u64 = rng.random_range(4..max_examples);
     let batch = rng.random_range(1..=n.min(8));
     let sampling = if shuffle {
         json!({"kind": "shuffle", "batch_size": batch})
@@ -38,6 +45,7 @@ pub fn config(rng: &mut Pcg64, shuffle: bool, filter: bool) -> (DatasetConfig, u
         "noise_multiplier": 1.1, "sampling": sampling, "delta": 1e-5,
         "orders": [2.0, 4.0, 8.0, 16.0, 32.0]});
     if filter {
+        // Shuffle charges a full Gaussian per processing: a larger budget.
         let epsilon = if shuffle { 8.0 } else { 3.0 };
         config["individual_budget"] = json!({"epsilon": epsilon, "delta": 1e-5});
     }
