@@ -109,11 +109,15 @@ pub struct DatasetStorage {
 
 /// What a store measures per dataset, one query per table: `(dataset, records,
 /// bytes)` rows of the log, `(dataset, bytes)` rows of complete snapshots and
-/// of archive blocks. Every backend reads the same three groupings.
+/// of archive blocks. Every backend runs these same statements (the casts make
+/// PostgreSQL's sums BIGINT; `WHERE complete` reads its boolean and SQLite's 0/1).
 pub(crate) const STORAGE_SQL: [&str; 3] = [
-    "SELECT dataset, count(*), coalesce(sum(length(payload)), 0) FROM dpledger_events GROUP BY dataset",
-    "SELECT dataset, coalesce(sum(bytes), 0) FROM dpledger_snapshots WHERE complete = 1 GROUP BY dataset",
-    "SELECT dataset, coalesce(sum(length(data)), 0) FROM dpledger_archive_blocks GROUP BY dataset",
+    "SELECT dataset, CAST(count(*) AS BIGINT), CAST(coalesce(sum(length(payload)), 0) AS BIGINT) \
+     FROM dpledger_events GROUP BY dataset",
+    "SELECT dataset, CAST(coalesce(sum(bytes), 0) AS BIGINT) FROM dpledger_snapshots \
+     WHERE complete GROUP BY dataset",
+    "SELECT dataset, CAST(coalesce(sum(length(data)), 0) AS BIGINT) FROM dpledger_archive_blocks \
+     GROUP BY dataset",
 ];
 
 impl StorageStats {

@@ -373,16 +373,9 @@ pub(super) fn compact(
 pub(super) fn storage(config: &Config, ctx: &Ctx<'_>) -> Result<StorageStats, StoreError> {
     let mut client = connect(config, ctx)?;
     let err = |e: postgres::Error| ctx.backend("cannot measure the store", &e);
-    // PostgreSQL's count and sum are BIGINT and NUMERIC: cast both to BIGINT, and
-    // `complete` is a boolean there (`= 1` is SQLite's spelling).
-    let cast = |sql: &str| {
-        sql.replace("count(*)", "count(*)::BIGINT")
-            .replace(", 0)", ", 0)::BIGINT")
-            .replace("complete = 1", "complete")
-    };
-    let [log_sql, snapshot_sql, archive_sql] = STORAGE_SQL.map(cast);
+    let [log_sql, snapshot_sql, archive_sql] = STORAGE_SQL;
     let mut log = Vec::new();
-    for r in client.query(&log_sql, &[]).map_err(err)? {
+    for r in client.query(log_sql, &[]).map_err(err)? {
         log.push((
             r.try_get(0).map_err(err)?,
             r.try_get(1).map_err(err)?,
@@ -396,7 +389,7 @@ pub(super) fn storage(config: &Config, ctx: &Ctx<'_>) -> Result<StorageStats, St
         }
         Ok(out)
     };
-    let snapshots = pairs(&snapshot_sql)?;
-    let archives = pairs(&archive_sql)?;
+    let snapshots = pairs(snapshot_sql)?;
+    let archives = pairs(archive_sql)?;
     Ok(StorageStats::from_rows(log, snapshots, archives))
 }
