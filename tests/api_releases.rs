@@ -410,6 +410,133 @@ fn a_policy_releases_every_n_steps_until_the_budget_is_spent() {
     );
 }
 
+/// Issue 16: a policy release is computed after its step answers, yet it
+/// describes exactly its due step, every earlier one is visible once a due step
+/// answers, none is lost or doubled, and the log replays to the same list.
+#[test]
+fn policy_releases_run_behind_the_steps_and_describe_their_own_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), None);
+    setup(&server, Some(1.0), 0);
+    let curator = server.token("curator", Some("d"), None);
+    let r = put(
+        &url(&server, "/release-policy"),
+        Some(&curator),
+        &json!({"policy": {"every_steps": 2, "request": {"mean": {"rho": 1e-4}}}}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let released_steps = |server: &Server| -> Vec<u64> {
+        let list = get(&url(server, "/releases"), Some(&curator)).body;
+        let mut steps: Vec<u64> = list["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert_eq!(r["trigger"], "policy", "{r}");
+                r["step"].as_u64().unwrap()
+            })
+            .collect();
+        steps.reverse();
+        steps
+    };
+    for t in 0..20 {
+        run_steps(&server, t, t + 1);
+        if (t + 1) % 2 == 0 {
+            // Every release due before this step is published by now.
+            let seen = released_steps(&server);
+            let earlier: Vec<u64> = (1..=t / 2).map(|k| 2 * k).collect();
+            assert!(seen.starts_with(&earlier), "after step {t}: {seen:?}");
+        }
+    }
+    let all: Vec<u64> = (1..=10).map(|k| 2 * k).collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while released_steps(&server) != all && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(released_steps(&server), all);
+    let list = get(&url(&server, "/releases"), Some(&curator)).body;
+    assert!(rel(list["budget"]["rho_spent"].as_f64().unwrap(), 1e-3) < 1e-12);
+    assert_eq!(list["policy_error"], Value::Null, "{list:?}");
+    server.restart();
+    assert_eq!(released_steps(&server), all);
+}
+
+/// Curators' releases and policy releases take turns: with both running while
+/// steps flow, every due step yields one policy release (at its step, or a
+/// later one when a curator's release held the turn), and the budget spent is
+/// exactly the sum of what was published.
+#[test]
+fn policy_and_curator_releases_take_turns_while_steps_flow() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    setup(&server, Some(10.0), 0);
+    let curator = server.token("curator", Some("d"), None);
+    let r = put(
+        &url(&server, "/release-policy"),
+        Some(&curator),
+        &json!({"policy": {"every_steps": 1, "request": {"mean": {"rho": 1e-4}}}}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let steps = 30;
+    let curator_releases = std::thread::scope(|scope| {
+        let releases = scope.spawn(|| {
+            let mut published = 0;
+            for _ in 0..15 {
+                let r = post(
+                    &url(&server, "/releases"),
+                    Some(&curator),
+                    &json!({"mean": {"rho": 2e-4}}),
+                );
+                match r.status {
+                    201 => published += 1,
+                    409 => {} // nothing to release yet (no step)
+                    s => panic!("{s}: {:?}", r.body),
+                }
+            }
+            published
+        });
+        run_steps(&server, 0, steps);
+        releases.join().unwrap()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let list = loop {
+        let list = get(&url(&server, "/releases?limit=100"), Some(&curator)).body;
+        let policy = list["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["trigger"] == "policy")
+            .count() as u64;
+        if policy == steps || std::time::Instant::now() > deadline {
+            break list;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let releases = list["releases"].as_array().unwrap();
+    let mut policy_steps: Vec<u64> = releases
+        .iter()
+        .filter(|r| r["trigger"] == "policy")
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    policy_steps.reverse();
+    assert_eq!(policy_steps.len() as u64, steps, "{list:?}");
+    // In order, each at or after its due step and none beyond the last step.
+    for (k, step) in policy_steps.iter().enumerate() {
+        assert!(*step > k as u64 && *step <= steps, "{policy_steps:?}");
+    }
+    assert!(
+        policy_steps.windows(2).all(|w| w[0] <= w[1]),
+        "{policy_steps:?}"
+    );
+    let ids: Vec<u64> = releases.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), ids.len(), "release ids are unique: {ids:?}");
+    let spent = steps as f64 * 1e-4 + curator_releases as f64 * 2e-4;
+    assert!(rel(list["budget"]["rho_spent"].as_f64().unwrap(), spent) < 1e-12);
+}
+
 #[test]
 fn a_release_never_retires_examples_behind_the_trainers_back() {
     let dir = tempfile::tempdir().unwrap();

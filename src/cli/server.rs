@@ -311,6 +311,13 @@ impl ServeCmd {
                 .await?;
             snapshots.abort();
             let _ = snapshots.await;
+            let unfinished = state
+                .engine
+                .finish_policy_releases(std::time::Duration::from_secs(60))
+                .await;
+            if unfinished > 0 {
+                tracing::warn!(unfinished, "policy releases cut off by the shutdown");
+            }
             if !self.no_snapshot_on_shutdown {
                 let written = state.engine.snapshot_changed(policy.keep).await;
                 tracing::info!(written, "snapshots taken at shutdown");

@@ -152,6 +152,7 @@ impl Engine {
     pub async fn report_step(&self, id: &str, report: StepReport) -> EngineResult<StepOutcome> {
         let ds = self.writable(id)?;
         let started = Instant::now();
+        let policy_slot = Self::policy_slot(&ds, &report).await;
         let mut ledger = ds.ledger.write().await;
         self.locked_checks(&ds, &mut ledger).await?;
         if let Some(previous) = ledger.check_step(&report)? {
@@ -198,7 +199,7 @@ impl Engine {
             )
         })?;
         if outcome.complete {
-            self.policy_release(&ds, &mut ledger).await;
+            self.policy_release(&ds, &mut ledger, policy_slot);
         }
         metrics::counter!("dpledger_steps_total").increment(1);
         metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);

@@ -59,9 +59,14 @@ pub struct Dataset {
     pub(super) snapshot: std::sync::Mutex<SnapshotMark>,
     /// Set while a snapshot of this dataset is being taken (one at a time).
     pub(super) snapshot_busy: AtomicBool,
-    /// Curators' releases take turns (each holds one view of the ledger while it
-    /// computes, see `release_view.rs`).
-    pub(super) release_turn: tokio::sync::Mutex<()>,
+    /// Releases take turns, a curator's and the policy's alike (each holds one
+    /// view of the ledger while it computes, see `release_view.rs`). Shared so
+    /// that a policy release's background task can own its turn.
+    pub(super) release_turn: Arc<tokio::sync::Mutex<()>>,
+    /// Held from the step that makes a policy release due until that release is
+    /// published or refused (`policy.rs`): the next due step waits for it, so
+    /// policy releases never pile up and each describes its own step.
+    pub(super) policy_in_flight: Arc<tokio::sync::Mutex<()>>,
     /// Set while the ledger is paged out (`paging.rs`): the lock then holds a
     /// one-example placeholder, and whoever needs the ledger loads it first.
     pub(super) paged_out: AtomicBool,
@@ -126,7 +131,8 @@ impl Dataset {
                 records_since: 0,
             }),
             snapshot_busy: AtomicBool::new(false),
-            release_turn: tokio::sync::Mutex::new(()),
+            release_turn: Arc::new(tokio::sync::Mutex::new(())),
+            policy_in_flight: Arc::new(tokio::sync::Mutex::new(())),
             paged_out: AtomicBool::new(false),
             last_touch: AtomicU64::new(millis_now()),
             archive: std::sync::Mutex::new(None),

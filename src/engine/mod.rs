@@ -17,7 +17,9 @@
 //! | `commands.rs` | creating a dataset, steps, refreshes, archiving (validate → persist → apply) |
 //! | `recovery.rs` | rebuilding every ledger from the log at start, and one dataset on reload |
 //! | `book.rs` | the [`ReleaseBook`] and how each stored release record changes it |
-//! | `releases.rs` | publishing releases (by request or policy) and changing release settings |
+//! | `releases.rs` | publishing releases and changing release settings (budget, labels, policy) |
+//! | `release_view.rs` | a release computed from a view of the ledger while steps flow |
+//! | `policy.rs` | automatic releases every N steps, off the write lock |
 //! | `data_dependent.rs` | seed 001's analysis over several runs, read from the ledgers and the log |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
 //! | `bounds.rs` | the PLD worst case (cached) and the bounds it gives examples and releases |
@@ -27,7 +29,6 @@
 //! | `compact.rs` | `dpledger compact`: dropping payloads a verified snapshot stands in for |
 //! | `paging.rs` | idle datasets leave memory and come back on their next request |
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
-//! | `release_view.rs` | a curator's release computed from a view while steps flow |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
@@ -44,6 +45,7 @@ mod dataset;
 mod error;
 mod estimate;
 mod paging;
+mod policy;
 mod recovery;
 mod release_view;
 mod releases;
@@ -70,8 +72,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Every dataset this process serves, and the store they are rebuilt from.
+/// Cloning is cheap (two shared pointers): a policy release's background task
+/// holds a clone to publish what it computed.
+#[derive(Clone)]
 pub struct Engine {
-    datasets: DashMap<String, Arc<Dataset>>,
+    datasets: Arc<DashMap<String, Arc<Dataset>>>,
     store: Arc<dyn Store>,
 }
 

@@ -92,7 +92,10 @@ impl Engine {
             "recovered ledgers from {}",
             store.describe()
         );
-        Ok(Self { datasets, store })
+        Ok(Self {
+            datasets: Arc::new(datasets),
+            store,
+        })
     }
 
     /// Rebuild one dataset from its newest snapshot and its own records after

@@ -1,4 +1,5 @@
-//! A curator's release computed while steps keep flowing (issue 16, item 4).
+//! A release computed while steps keep flowing (issue 16, item 4): a curator's,
+//! and the policy's (`policy.rs`), which opens its view inside the due step.
 //!
 //! A release's work is an `O(n × #orders)` pass over every example's RDP (0.2 s
 //! per million examples) plus the statistics. Holding the dataset's write lock
@@ -30,7 +31,7 @@ use super::{Engine, ReleaseOutcome};
 use crate::accounting::pld::PldEvent;
 use crate::accounting::Conversion;
 use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
-use crate::ledger::{ViewToken, WorstCase};
+use crate::ledger::{Ledger, ViewToken, WorstCase};
 use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -47,7 +48,7 @@ const PENDING_WAIT: Duration = Duration::from_secs(10);
 
 /// An open view and what the release fixed when it opened it. Dropping it
 /// without committing closes the view (on a task, as that needs the lock).
-struct OpenView {
+pub(super) struct OpenView {
     ds: Arc<Dataset>,
     token: ViewToken,
     delta: f64,
@@ -94,7 +95,24 @@ impl Engine {
         let ds = self.writable(id)?;
         // One release at a time per dataset (one view per ledger).
         let _turn = ds.release_turn.lock().await;
-        let mut view = self.open_release_view(&ds, &request).await?;
+        let view = {
+            let mut ledger = ds.ledger.write().await;
+            self.locked_checks(&ds, &mut ledger).await?;
+            open_view(&ds, &mut ledger, &request)?
+        };
+        self.compute_and_commit(view, request, ReleaseTrigger::Request)
+            .await
+    }
+
+    /// Steps 2 and 3 for a view opened by [`open_view`]: compute without the
+    /// write lock, then commit. The caller holds the dataset's release turn.
+    pub(super) async fn compute_and_commit(
+        &self,
+        mut view: OpenView,
+        request: ReleaseRequest,
+        trigger: ReleaseTrigger,
+    ) -> EngineResult<ReleaseOutcome> {
+        let ds = view.ds.clone();
         let conversion = Conversion::default();
         let pld_events = view.pld_events.take();
         let pld = blocking(|| ds.pld_worst_case_of(view.pld_at, || pld_events, view.delta));
@@ -129,7 +147,7 @@ impl Engine {
             id: 0, // numbered at commit
             step: view.token.step(),
             released_at: 0,
-            trigger: ReleaseTrigger::Request,
+            trigger,
             delta: view.delta,
             bound,
             rho: request.rho(),
@@ -137,41 +155,6 @@ impl Engine {
             values,
         };
         self.commit_release(&mut view, release).await
-    }
-
-    /// Step 1: the checks, then the view (write lock, `O(#orders)`).
-    async fn open_release_view(
-        &self,
-        ds: &Arc<Dataset>,
-        request: &ReleaseRequest,
-    ) -> EngineResult<OpenView> {
-        let mut ledger = ds.ledger.write().await;
-        self.locked_checks(ds, &mut ledger).await?;
-        let rho = request.rho();
-        let labels = {
-            let book = ds.book_read();
-            check_budget(ds, &book, rho)?;
-            check_labels(ds, &book, request.by_group)?;
-            request.by_group.then(|| book.labels.clone())
-        };
-        check_charge(&ledger, rho)?;
-        let delta = request.delta.unwrap_or(ledger.config().delta);
-        let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
-        let pld_at = (ledger.next_step(), ledger.releases());
-        let cached = ds.pld_cached(pld_at, delta);
-        let pld_events = if cached { None } else { ledger.pld_events() };
-        let token = ledger.open_view()?;
-        Ok(OpenView {
-            ds: ds.clone(),
-            token,
-            delta,
-            rdp_worst,
-            pld_at,
-            pld_events,
-            labels,
-            examples: ledger.examples() as usize,
-            open: true,
-        })
     }
 
     /// Step 3: close the view, check again against the ledger as it is now,
@@ -209,6 +192,40 @@ impl Engine {
         release.released_at = now_secs();
         self.publish(&ds, &mut ledger, release).await
     }
+}
+
+/// Step 1: the checks, then the view, with the write lock held (the caller
+/// made [`Engine::locked_checks`]) and the release turn taken; `O(#orders)`.
+pub(super) fn open_view(
+    ds: &Arc<Dataset>,
+    ledger: &mut Ledger,
+    request: &ReleaseRequest,
+) -> EngineResult<OpenView> {
+    let rho = request.rho();
+    let labels = {
+        let book = ds.book_read();
+        check_budget(ds, &book, rho)?;
+        check_labels(ds, &book, request.by_group)?;
+        request.by_group.then(|| book.labels.clone())
+    };
+    check_charge(ledger, rho)?;
+    let delta = request.delta.unwrap_or(ledger.config().delta);
+    let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
+    let pld_at = (ledger.next_step(), ledger.releases());
+    let cached = ds.pld_cached(pld_at, delta);
+    let pld_events = if cached { None } else { ledger.pld_events() };
+    let token = ledger.open_view()?;
+    Ok(OpenView {
+        ds: ds.clone(),
+        token,
+        delta,
+        rdp_worst,
+        pld_at,
+        pld_events,
+        labels,
+        examples: ledger.examples() as usize,
+        open: true,
+    })
 }
 
 /// The view was lost: the dataset was reloaded from the log meanwhile.

@@ -6,20 +6,14 @@
 
 use super::book::{
     apply_release, apply_setting, export_gauges, json_record, BudgetPayload, PolicyPayload,
-    PolicyRefusal, ReleaseBook,
+    ReleaseBook,
 };
-use super::bounds::blocking;
 use super::dataset::Dataset;
 use super::error::{BudgetRefusal, EngineError, EngineResult};
 use super::Engine;
-use crate::accounting::Conversion;
 use crate::ledger::Ledger;
-use crate::release::{
-    compute, rdp_of_rho, BudgetStatus, LabelAssignment, Release, ReleasePolicy, ReleaseRequest,
-    ReleaseTrigger,
-};
+use crate::release::{rdp_of_rho, BudgetStatus, LabelAssignment, Release, ReleasePolicy};
 use crate::store::RecordKind;
-use rand::SeedableRng;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -108,62 +102,7 @@ pub(super) fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Check a release against the budget, the labels and the ledger, and compute
-/// its values, with the write lock held throughout: the path of policy releases,
-/// which run inside a step. Synchronous, so the book's read guard is held
-/// throughout (the book only changes under the ledger's write lock, which the
-/// caller holds) and the labels are read in place, not copied.
-fn prepare_release(
-    ds: &Dataset,
-    ledger: &Ledger,
-    request: ReleaseRequest,
-    trigger: ReleaseTrigger,
-) -> EngineResult<Release> {
-    let rho = request.rho();
-    let book = ds.book_read();
-    check_budget(ds, &book, rho)?;
-    check_labels(ds, &book, request.by_group)?;
-    check_charge(ledger, rho)?;
-    let delta = request.delta.unwrap_or(ledger.config().delta);
-    let conversion = Conversion::default();
-    // B and the statistics use the guarantee min(RDP_i, PLD worst) (spec §8).
-    let worst = ds.worst_case_bounds(ledger, delta, conversion)?;
-    let bound = worst.epsilon;
-    check_bound(ledger.next_step(), bound, delta)?;
-    let epsilons = ds.bounded_epsilons(ledger, &worst, delta, conversion)?;
-    let values = blocking(|| {
-        let mut rng = rand::rngs::StdRng::from_os_rng();
-        compute(&mut rng, &request, &epsilons, bound, &book.labels)
-    });
-    Ok(Release {
-        id: book.budget.releases + 1,
-        step: ledger.next_step(),
-        released_at: now_secs(),
-        trigger,
-        request,
-        delta,
-        bound,
-        rho,
-        values,
-    })
-}
-
 impl Engine {
-    /// Publish a release with the dataset's write lock held: check the budget and
-    /// the ledger, compute, persist, then charge. Nothing is charged or served
-    /// unless the record is durable.
-    pub(super) async fn release_locked(
-        &self,
-        ds: &Dataset,
-        ledger: &mut Ledger,
-        mut request: ReleaseRequest,
-        trigger: ReleaseTrigger,
-    ) -> EngineResult<ReleaseOutcome> {
-        request.validate()?;
-        let release = prepare_release(ds, ledger, request, trigger)?;
-        self.publish(ds, ledger, release).await
-    }
-
     /// Persist a checked and computed release, then charge it and add it to the
     /// book; the caller holds the dataset's write lock. Nothing is charged or
     /// served unless the record is durable.
@@ -190,34 +129,6 @@ impl Engine {
             release,
             budget: book.budget,
         })
-    }
-
-    /// After an applied step: the policy's release, if one is due. A refusal
-    /// (budget spent, say) never fails the step; it is kept for the status.
-    pub(super) async fn policy_release(&self, ds: &Dataset, ledger: &mut Ledger) {
-        let policy = ds.book_read().policy.clone();
-        let Some(policy) = policy else {
-            return;
-        };
-        if ledger.next_step() % policy.every_steps != 0 {
-            return;
-        }
-        let result = self
-            .release_locked(ds, ledger, policy.request, ReleaseTrigger::Policy)
-            .await;
-        let mut book = ds.book_write();
-        match result {
-            Ok(_) => book.policy_error = None,
-            Err(e) => {
-                let detail = e.to_string();
-                tracing::warn!(dataset = ds.id, detail = detail, "policy release refused");
-                metrics::counter!("dpledger_policy_releases_refused_total").increment(1);
-                book.policy_error = Some(PolicyRefusal {
-                    reason: e.public_reason(),
-                    detail,
-                });
-            }
-        }
     }
 
     /// Persist and apply one release setting (budget, labels, policy) after `check`
