@@ -535,3 +535,27 @@ fn idle_datasets_leave_memory_and_come_back_exactly() {
     );
     assert_eq!(metric(&server, &admin, "dpledger_page_ins_total"), 1.0);
 }
+
+/// SQLite reads each snapshot chunk straight into a reused buffer; a chunk
+/// longer than a chunk can be is corruption (found before any of it is
+/// allocated or trusted), and an intact snapshot reads back whole.
+#[test]
+fn sqlite_snapshot_chunks_longer_than_a_chunk_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("dpledger.sqlite");
+    let store = store::open(&format!("sqlite:{}", db.display())).unwrap();
+    let bytes: Vec<u8> = (0..3 * store::CHUNK_BYTES as u64 / 2)
+        .map(|i| (i * 31 % 251) as u8)
+        .collect();
+    let info = store.write_snapshot("d", 7, &bytes).unwrap();
+    assert_eq!(store.read_snapshot(&info).unwrap(), bytes);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute(
+        "UPDATE dpledger_snapshot_chunks SET data = zeroblob(length(data) + 1) \
+         WHERE snapshot = ?1 AND idx = 0",
+        [info.id as i64],
+    )
+    .unwrap();
+    let err = store.read_snapshot(&info).unwrap_err().to_string();
+    assert!(err.contains("more than a chunk"), "{err}");
+}

@@ -243,6 +243,10 @@ async fn shutdown_signal() {
 impl ServeCmd {
     /// Recover the ledgers and serve until SIGINT/SIGTERM.
     pub fn run(&self) -> anyhow::Result<()> {
+        // Before anything large is allocated: paged-out datasets then leave
+        // memory for real (engine::allocator).
+        let fixed = crate::engine::allocator::configure();
+        tracing::debug!(fixed, "malloc's mmap threshold");
         let auth = match &self.jwt_public_key {
             Some(path) => {
                 let pem =

@@ -28,6 +28,7 @@
 //! | `snapshot_codec.rs` | a served dataset as snapshot bytes and back |
 //! | `compact.rs` | `dpledger compact`: dropping payloads a verified snapshot stands in for |
 //! | `paging.rs` | idle datasets leave memory and come back on their next request |
+//! | `allocator.rs` | freed memory goes back to the operating system (glibc's mmap threshold, trim) |
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
 //!
@@ -35,6 +36,7 @@
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
 //! and `releases.rs`, and rebuilt record by record in `recovery.rs`.
 
+pub mod allocator;
 mod archive;
 mod book;
 mod bounds;

@@ -128,7 +128,7 @@ impl Engine {
         ds.clear_caches();
         ds.paged_out.store(true, Ordering::Release);
         drop(ledger);
-        tokio::task::spawn_blocking(return_free_memory);
+        tokio::task::spawn_blocking(super::allocator::return_free_memory);
         metrics::counter!("dpledger_page_outs_total").increment(1);
         tracing::info!(
             dataset = ds.id,
@@ -160,25 +160,5 @@ impl Engine {
             }
         }
         paged
-    }
-}
-
-/// Give memory freed by a page-out back to the operating system. glibc keeps
-/// freed blocks below its (adaptive, up to 32 MiB) mmap threshold in its
-/// per-thread arenas, so a ledger's smaller columns (threshold buckets, flags,
-/// `since`: about 24 bytes per example) stayed resident after the page-out:
-/// `scripts/bench-archived-memory` measured 24 MB per archived million-example
-/// run without this. Elsewhere the allocator's own policy applies.
-fn return_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::ffi::c_int;
-        }
-        // SAFETY: malloc_trim only returns free pages of the heap to the
-        // kernel; it touches no live allocation and takes glibc's own locks.
-        unsafe {
-            malloc_trim(0);
-        }
     }
 }

@@ -263,12 +263,18 @@ const CHUNKS_IN_FLIGHT: usize = 2;
 fn load(store: &dyn Store, info: &SnapshotInfo) -> Result<Dataset, String> {
     std::thread::scope(|scope| {
         let (chunks, received) = std::sync::mpsc::sync_channel::<Vec<u8>>(CHUNKS_IN_FLIGHT);
+        // Decoded chunks come back to be filled again: a few chunks' worth of
+        // memory is faulted in, not the snapshot's (engine::allocator).
+        let (spent, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
         let reading = std::thread::Builder::new()
             .name("dpledger-snapshot-read".into())
             .spawn_scoped(scope, move || {
-                store.read_snapshot_chunks(info, &mut |chunk| {
+                store.read_snapshot_chunks(info, &mut move |chunk| {
+                    let mut buffer = recycled.try_recv().unwrap_or_default();
+                    buffer.clear();
+                    buffer.extend_from_slice(chunk);
                     chunks
-                        .send(chunk.to_vec())
+                        .send(buffer)
                         .map_err(|_| crate::store::StoreError::Backend {
                             store: store.describe(),
                             detail: "the snapshot's decoder stopped".into(),
@@ -282,6 +288,7 @@ fn load(store: &dyn Store, info: &SnapshotInfo) -> Result<Dataset, String> {
             info,
             &mut ChunkReader {
                 chunks: received,
+                spent,
                 current: Vec::new(),
                 at: 0,
             },
@@ -298,6 +305,8 @@ fn load(store: &dyn Store, info: &SnapshotInfo) -> Result<Dataset, String> {
 /// The chunks the store sends, as one stream of bytes.
 struct ChunkReader {
     chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Where read chunks go back to the store's reader, to be filled again.
+    spent: std::sync::mpsc::Sender<Vec<u8>>,
     current: Vec<u8>,
     at: usize,
 }
@@ -306,7 +315,12 @@ impl std::io::Read for ChunkReader {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         while self.at == self.current.len() {
             match self.chunks.recv() {
-                Ok(next) => (self.current, self.at) = (next, 0),
+                Ok(next) => {
+                    let read = std::mem::replace(&mut self.current, next);
+                    self.at = 0;
+                    // The reader may have finished: the buffer is then freed.
+                    let _ = self.spent.send(read);
+                }
                 Err(_) => return Ok(0), // the store has sent everything
             }
         }

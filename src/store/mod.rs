@@ -83,7 +83,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use codec::{CodecError, StepPayload};
-pub use snapshots::{CompactionInfo, DatasetStorage, SnapshotInfo, StorageStats};
+pub use snapshots::{CompactionInfo, DatasetStorage, SnapshotInfo, StorageStats, CHUNK_BYTES};
 
 /// The store the server uses when none is configured.
 pub const DEFAULT_URL: &str = "sqlite:./data/dpledger.sqlite";

@@ -197,22 +197,56 @@ pub(super) fn read_snapshot(
 ) -> Result<(), StoreError> {
     let conn = open_reader(path, store)?;
     let err = |e: rusqlite::Error| db_error(store, "cannot read a snapshot", &e);
-    let mut stmt = conn
-        .prepare("SELECT idx, data FROM dpledger_snapshot_chunks WHERE snapshot = ?1 ORDER BY idx")
-        .map_err(err)?;
-    let mut rows = stmt.query([to_i64(info.id)]).map_err(err)?;
+    // One read transaction: the chunks listed are the chunks read.
+    let tx = conn.unchecked_transaction().map_err(err)?;
+    let listed: Vec<(i64, i64, i64)> = {
+        let mut stmt = tx
+            .prepare(
+                "SELECT rowid, idx, length(data) FROM dpledger_snapshot_chunks \
+                 WHERE snapshot = ?1 ORDER BY idx",
+            )
+            .map_err(err)?;
+        let rows = stmt
+            .query_map([to_i64(info.id)], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(err)?;
+        rows.collect::<Result<_, _>>().map_err(err)?
+    };
+    let corrupt = |idx: i64, detail: &str| StoreError::Corrupt {
+        store: store.to_string(),
+        seq: Some(info.seq),
+        detail: format!("snapshot {} chunk {idx}: {detail}", info.id),
+    };
     let mut verifier = ChunkVerifier::new(store, info);
-    while let Some(row) = rows.next().map_err(err)? {
-        let idx: i64 = row.get(0).map_err(err)?;
-        let data = row.get_ref(1).map_err(err)?;
-        let data = data.as_blob().map_err(|e| StoreError::Corrupt {
-            store: store.to_string(),
-            seq: Some(info.seq),
-            detail: format!("snapshot {} chunk {idx}: {e}", info.id),
-        })?;
-        verifier.chunk(idx, data)?;
-        sink(data)?;
+    // Each chunk is read straight into one reused buffer (incremental blob
+    // I/O): no fresh allocation per chunk, so a restart faults in one chunk's
+    // worth of memory, not the whole snapshot's (engine::allocator).
+    let mut buffer = Vec::new();
+    for (rowid, idx, len) in listed {
+        // The table is STRICT and `data` a NOT NULL BLOB, so `len` is its size.
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len > CHUNK_BYTES {
+            return Err(corrupt(
+                idx,
+                &format!("{len} bytes, more than a chunk holds"),
+            ));
+        }
+        let blob = tx
+            .blob_open(
+                rusqlite::DatabaseName::Main,
+                "dpledger_snapshot_chunks",
+                "data",
+                rowid,
+                true,
+            )
+            .map_err(err)?;
+        buffer.resize(len, 0);
+        blob.read_at_exact(&mut buffer, 0)
+            .map_err(|e| corrupt(idx, &e.to_string()))?;
+        drop(blob);
+        verifier.chunk(idx, &buffer)?;
+        sink(&buffer)?;
     }
+    drop(tx);
     verifier.finish()
 }
 
