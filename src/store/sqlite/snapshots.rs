@@ -148,11 +148,23 @@ pub(super) fn write_snapshot(
         Ok(tx.last_insert_rowid())
     })?;
     for (idx, chunk) in bytes.chunks(CHUNK_BYTES).enumerate() {
+        // Written in place through incremental blob I/O: binding the chunk
+        // would make SQLite copy it into fresh memory first (engine::allocator).
         write_tx(&mut conn, store, "cannot write a snapshot chunk", |tx| {
             tx.execute(
-                "INSERT INTO dpledger_snapshot_chunks (snapshot, idx, data) VALUES (?1, ?2, ?3)",
-                params![id, idx as i64, chunk],
-            )
+                "INSERT INTO dpledger_snapshot_chunks (snapshot, idx, data) \
+                 VALUES (?1, ?2, zeroblob(?3))",
+                params![id, idx as i64, chunk.len() as i64],
+            )?;
+            let rowid = tx.last_insert_rowid();
+            let mut blob = tx.blob_open(
+                rusqlite::DatabaseName::Main,
+                "dpledger_snapshot_chunks",
+                "data",
+                rowid,
+                false,
+            )?;
+            blob.write_at(chunk, 0)
         })?;
     }
     conn.pragma_update(None, "synchronous", "FULL")
