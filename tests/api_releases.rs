@@ -419,12 +419,7 @@ fn policy_releases_run_behind_the_steps_and_describe_their_own_step() {
     let mut server = Server::start(dir.path(), None);
     setup(&server, Some(1.0), 0);
     let curator = server.token("curator", Some("d"), None);
-    let r = put(
-        &url(&server, "/release-policy"),
-        Some(&curator),
-        &json!({"policy": {"every_steps": 2, "request": {"mean": {"rho": 1e-4}}}}),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
+    set_mean_policy(&server, &curator, 2);
     let released_steps = |server: &Server| -> Vec<u64> {
         let list = get(&url(server, "/releases"), Some(&curator)).body;
         let mut steps: Vec<u64> = list["releases"]
@@ -461,6 +456,16 @@ fn policy_releases_run_behind_the_steps_and_describe_their_own_step() {
     assert_eq!(released_steps(&server), all);
 }
 
+/// A policy releasing a mean (rho 1e-4) of dataset `d` every `every` steps.
+fn set_mean_policy(server: &Server, curator: &str, every: u64) {
+    let r = put(
+        &url(server, "/release-policy"),
+        Some(curator),
+        &json!({"policy": {"every_steps": every, "request": {"mean": {"rho": 1e-4}}}}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+}
+
 /// Curators' releases and policy releases take turns: with both running while
 /// steps flow, every due step yields one policy release (at its step, or a
 /// later one when a curator's release held the turn), and the budget spent is
@@ -471,12 +476,7 @@ fn policy_and_curator_releases_take_turns_while_steps_flow() {
     let server = Server::start(dir.path(), None);
     setup(&server, Some(10.0), 0);
     let curator = server.token("curator", Some("d"), None);
-    let r = put(
-        &url(&server, "/release-policy"),
-        Some(&curator),
-        &json!({"policy": {"every_steps": 1, "request": {"mean": {"rho": 1e-4}}}}),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
+    set_mean_policy(&server, &curator, 1);
     let steps = 30;
     let curator_releases = std::thread::scope(|scope| {
         let releases = scope.spawn(|| {
