@@ -19,6 +19,7 @@
 //! | `book.rs` | the [`ReleaseBook`] and how each stored release record changes it |
 //! | `releases.rs` | publishing releases and changing release settings (budget, labels, policy) |
 //! | `release_view.rs` | a release computed from a view of the ledger while steps flow |
+//! | `background.rs` | a release's pass on a thread at idle priority, so requests come first |
 //! | `policy.rs` | automatic releases every N steps, off the write lock |
 //! | `data_dependent.rs` | seed 001's analysis over several runs, read from the ledgers and the log |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
@@ -38,6 +39,7 @@
 
 pub mod allocator;
 mod archive;
+mod background;
 mod book;
 mod bounds;
 mod commands;

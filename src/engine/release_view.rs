@@ -9,10 +9,12 @@
 //!    parts, retirements), then a view of the ledger at the current step
 //!    ([`Ledger::open_view`]) and what the worst case needs (its RDP and the
 //!    PLD events at that step), and the labels for a by-group release.
-//! 2. **Compute** (no write lock): the PLD worst case `B` (cached, FFTs), every
-//!    example's epsilon from the view in chunks of [`CHUNK`] examples, each
-//!    under the read lock for about half a millisecond, so steps interleave; then
-//!    the DP statistics.
+//! 2. **Compute** (no write lock): the PLD worst case `B` (cached, FFTs), then,
+//!    on a thread at idle priority (`background.rs`), every example's epsilon
+//!    from the view in chunks of [`CHUNK`] examples, each under the read lock
+//!    for about a quarter of a millisecond and taken only between steps, and
+//!    the DP statistics. Steps come first: a release of a busy dataset takes
+//!    longer, and a step waits at most about one chunk for it.
 //! 3. **Commit** (write lock): close the view, check the budget and the charge
 //!    again against the ledger as it is now (a step or another release may have
 //!    come in between), then persist and charge as one record, exactly as a
@@ -23,6 +25,7 @@
 //! charge is uniform over examples and composition does not depend on order, so
 //! steps in between change nothing about what it costs.
 
+use super::background::background;
 use super::bounds::blocking;
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
@@ -39,8 +42,12 @@ use std::time::Duration;
 
 /// Examples per read-locked chunk of the epsilon pass. An example costs about
 /// a microsecond at 64 orders (its RDP row and the conversion's logarithms), so
-/// a step waits at most about half a millisecond for the release.
-pub const CHUNK: usize = 512;
+/// a step waits at most about a quarter of a millisecond for the release.
+pub const CHUNK: usize = 256;
+
+/// How long the epsilon pass tries the read lock between steps before it
+/// queues for it (see `EpsilonPass::read_lock`).
+const LOCK_PATIENCE: Duration = Duration::from_millis(20);
 
 /// How long a commit waits for an incomplete multi-part step to complete
 /// before refusing the release (the charge cannot land in the middle of one).
@@ -120,29 +127,24 @@ impl Engine {
         let bound = worst.epsilon;
         check_bound(view.token.step(), bound, view.delta)?;
         let pld_epsilon = worst.pld.map(|p| p.epsilon);
-        let mut epsilons = Vec::with_capacity(view.examples);
-        for start in (0..view.examples).step_by(CHUNK) {
-            let ledger = ds.ledger.read().await;
-            blocking(|| {
-                ledger.view_epsilons(
-                    view.token,
-                    start..start + CHUNK,
-                    view.delta,
-                    conversion,
-                    &mut epsilons,
-                )
-            })
-            .map_err(|_| reloaded())?;
-        }
-        for e in &mut epsilons {
-            *e = bounded_epsilon(*e, pld_epsilon).0;
-        }
         let labels = view.labels.take().unwrap_or_default();
-        let values = blocking(|| {
-            let mut rng = rand::rngs::StdRng::from_os_rng();
-            compute(&mut rng, &request, &epsilons, bound, &labels)
-        });
-        drop(epsilons);
+        let pass = EpsilonPass {
+            ds: ds.clone(),
+            token: view.token,
+            examples: view.examples,
+            delta: view.delta,
+            conversion,
+            pld_epsilon,
+        };
+        let values = {
+            let request = request.clone();
+            background(move || {
+                let epsilons = pass.run()?;
+                let mut rng = rand::rngs::StdRng::from_os_rng();
+                Ok(compute(&mut rng, &request, &epsilons, bound, &labels))
+            })
+            .await?
+        };
         let release = Release {
             id: 0, // numbered at commit
             step: view.token.step(),
@@ -226,6 +228,58 @@ pub(super) fn open_view(
         examples: ledger.examples() as usize,
         open: true,
     })
+}
+
+/// The epsilon pass of a release: every example's epsilon from the view, in
+/// order, in chunks of [`CHUNK`] under the read lock, bounded by the PLD
+/// worst case.
+struct EpsilonPass {
+    ds: Arc<Dataset>,
+    token: ViewToken,
+    examples: usize,
+    delta: f64,
+    conversion: Conversion,
+    pld_epsilon: Option<f64>,
+}
+
+impl EpsilonPass {
+    /// The ledger's read lock, taken between steps. A queued reader would
+    /// hold up every step behind it until this idle-priority thread is
+    /// scheduled again, so the pass only tries the lock, and queues for it
+    /// only after [`LOCK_PATIENCE`] of failed tries (steps so close together
+    /// that there is no gap: the release must still progress).
+    fn read_lock(&self) -> tokio::sync::RwLockReadGuard<'_, Ledger> {
+        let started = std::time::Instant::now();
+        loop {
+            if let Ok(ledger) = self.ds.ledger.try_read() {
+                return ledger;
+            }
+            if started.elapsed() > LOCK_PATIENCE {
+                return self.ds.ledger.blocking_read();
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    fn run(&self) -> EngineResult<Vec<f64>> {
+        let mut epsilons = Vec::with_capacity(self.examples);
+        for start in (0..self.examples).step_by(CHUNK) {
+            let ledger = self.read_lock();
+            ledger
+                .view_epsilons(
+                    self.token,
+                    start..start + CHUNK,
+                    self.delta,
+                    self.conversion,
+                    &mut epsilons,
+                )
+                .map_err(|_| reloaded())?;
+        }
+        for e in &mut epsilons {
+            *e = bounded_epsilon(*e, self.pld_epsilon).0;
+        }
+        Ok(epsilons)
+    }
 }
 
 /// The view was lost: the dataset was reloaded from the log meanwhile.
