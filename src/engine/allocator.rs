@@ -29,14 +29,9 @@ pub fn configure() -> bool {
         if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
             return false;
         }
-        /// glibc's `M_MMAP_THRESHOLD` parameter of `mallopt`.
-        const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
-        extern "C" {
-            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-        }
         // SAFETY: mallopt only changes malloc's tuning, under glibc's own lock;
         // the value is within the range glibc accepts (at most 32 MiB).
-        unsafe { mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD as std::ffi::c_int) == 1 }
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) == 1 }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
@@ -49,13 +44,10 @@ pub fn configure() -> bool {
 pub fn return_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::ffi::c_int;
-        }
         // SAFETY: malloc_trim only returns free pages of the heap to the
         // kernel; it touches no live allocation and takes glibc's own locks.
         unsafe {
-            malloc_trim(0);
+            libc::malloc_trim(0);
         }
     }
 }

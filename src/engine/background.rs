@@ -31,22 +31,9 @@ pub(super) async fn background<T: Send + 'static>(
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
-        #[repr(C)]
-        struct SchedParam {
-            sched_priority: std::ffi::c_int,
-        }
-        /// Linux's `SCHED_IDLE` policy.
-        const SCHED_IDLE: std::ffi::c_int = 5;
-        extern "C" {
-            fn sched_setscheduler(
-                pid: std::ffi::c_int,
-                policy: std::ffi::c_int,
-                param: *const SchedParam,
-            ) -> std::ffi::c_int;
-        }
-        let param = SchedParam { sched_priority: 0 };
+        let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: pid 0 is the calling thread; the parameter outlives the call.
-        let rc = unsafe { sched_setscheduler(0, SCHED_IDLE, &param) };
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
         if rc != 0 {
             tracing::debug!("cannot lower the release thread's priority");
         }
@@ -62,23 +49,18 @@ mod tests {
     #[tokio::test]
     async fn work_runs_at_idle_priority_and_answers() {
         let caller = std::thread::current().id();
-        let (thread, policy) = background(|| {
+        let (thread, idle) = background(|| {
             #[cfg(target_os = "linux")]
-            let policy = {
-                extern "C" {
-                    fn sched_getscheduler(pid: std::ffi::c_int) -> std::ffi::c_int;
-                }
-                // SAFETY: pid 0 is the calling thread.
-                unsafe { sched_getscheduler(0) }
-            };
+            // SAFETY: pid 0 is the calling thread.
+            let idle = unsafe { libc::sched_getscheduler(0) } == libc::SCHED_IDLE;
             #[cfg(not(target_os = "linux"))]
-            let policy = 5;
-            Ok((std::thread::current().id(), policy))
+            let idle = true;
+            Ok((std::thread::current().id(), idle))
         })
         .await
         .unwrap();
         assert_ne!(thread, caller);
-        assert_eq!(policy, 5, "SCHED_IDLE");
+        assert!(idle, "the work did not run at SCHED_IDLE");
         let refused: EngineResult<()> =
             background(|| Err(EngineError::conflict("refused".to_string()))).await;
         assert!(refused.unwrap_err().to_string().contains("refused"));

@@ -104,16 +104,11 @@ pub(super) fn advise_huge_pages<T>(v: &mut Vec<T>) {
 
 #[cfg(target_os = "linux")]
 pub(super) fn madvise_huge(addr: usize, len: usize) {
-    use std::ffi::{c_int, c_void};
-    const MADV_HUGEPAGE: c_int = 14;
-    extern "C" {
-        fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
-    }
     // SAFETY: `addr..addr + len` lies inside a live allocation owned by the caller
     // and is page aligned; MADV_HUGEPAGE only changes how the kernel backs those
     // pages (contents are preserved). A failure (e.g. THP disabled) is harmless and
     // deliberately ignored.
-    let _ = unsafe { madvise(addr as *mut c_void, len, MADV_HUGEPAGE) };
+    let _ = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
 }
 
 #[cfg(not(target_os = "linux"))]
