@@ -4,7 +4,7 @@
 //! Two observations make it cheap:
 //! - every SGM evaluation `p (alpha_j - 1) R(q_t, sigma_t C / v_k, alpha_j)` depends
 //!   only on the step's `(q, sigma)`, its step order `alpha_j` and the level `k`:
-//!   a [`Table`] computes each distinct `(q, sigma, alpha_j)` × level once, shared
+//!   a table computes each distinct `(q, sigma, alpha_j)` × level once, shared
 //!   by the composition and by the per-interval contributions;
 //! - between two checkpoint positions every run's level of an example is constant,
 //!   so an example's share of an interval depends only on its *tuple* of levels

@@ -18,7 +18,7 @@
 //! every number here is reported with `"guarantee": false`.
 //!
 //! Layout: [`trace`] reads one run from a JSON-lines trace; [`runs`] checks that
-//! several runs can be compared and buckets their norms; [`compose`] is the
+//! several runs can be compared and buckets their norms; [`compose()`] is the
 //! numerical core; [`report`] adds epsilons, baselines and summaries.
 
 pub mod compose;

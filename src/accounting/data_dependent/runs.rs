@@ -1,5 +1,5 @@
 //! Several runs of one configuration, with every example's sensitivity level at
-//! every checkpoint: the input of [`super::compose`]. Construction refuses
+//! every checkpoint: the input of [`super::compose()`]. Construction refuses
 //! anything the expectation over runs cannot be taken over (issue 18, item 4).
 
 use super::trace::RunTrace;

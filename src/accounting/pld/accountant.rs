@@ -222,8 +222,8 @@ fn loss_scale(events: &[PldEvent]) -> f64 {
 
 /// Worst-case epsilon at `delta` of the composition of `events` (a valid upper bound).
 ///
-/// When the answer spans fewer than [`REFINE_POINTS`] grid steps it is recomputed
-/// on a grid `epsilon / REFINE_POINTS` (not below [`REFINE_FLOOR`]) and the
+/// When the answer spans fewer than `REFINE_POINTS` grid steps it is recomputed
+/// on a grid `epsilon / REFINE_POINTS` (not below `REFINE_FLOOR`) and the
 /// smaller of the two is returned: both are valid upper bounds, so their
 /// minimum is one too. A refinement the grid cannot hold keeps the first answer.
 pub fn worst_case_epsilon(events: &[PldEvent], delta: f64, opts: &PldOptions) -> Result<f64> {
