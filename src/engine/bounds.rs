@@ -34,11 +34,19 @@ impl Dataset {
         self.pld_worst_case_of(at, || ledger.pld_events(), delta)
     }
 
-    /// Whether the PLD worst case after `at = (steps, releases)` at `delta` is cached.
-    pub(super) fn pld_cached(&self, at: (u64, u64), delta: f64) -> bool {
+    /// The PLD worst case after `at = (steps, releases)` at `delta`, if cached.
+    pub(super) fn pld_cached(
+        &self,
+        at: (u64, u64),
+        delta: f64,
+    ) -> Option<Result<PldWorstCase, String>> {
         let key = (at.0, at.1, delta.to_bits());
         let cache = self.pld_cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.entries.iter().any(|(k, _)| *k == key)
+        cache
+            .entries
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
     }
 
     /// The PLD worst case after `at = (steps, releases)` whose events `events`
@@ -58,8 +66,9 @@ impl Dataset {
             Some(events) => blocking(|| pld_worst_case(&events, delta)),
             None => Err("a release without a PLD description was charged".to_string()),
         };
-        // Entries of earlier steps are of no more use.
-        cache.entries.retain(|(k, _)| (k.0, k.1) == (key.0, key.1));
+        // Entries of earlier states are of no more use (a release's view may
+        // ask about a state older than the newest entries: those stay).
+        cache.entries.retain(|(k, _)| k.0 >= key.0 && k.1 >= key.1);
         if cache.entries.len() >= CACHE_ENTRIES {
             cache.entries.pop_front();
         }

@@ -14,7 +14,10 @@
 //!    from the view in chunks of [`CHUNK`] examples, each under the read lock
 //!    for about a quarter of a millisecond and taken only between steps, and
 //!    the DP statistics. Steps come first: a release of a busy dataset takes
-//!    longer, and a step waits at most about one chunk for it.
+//!    longer, and a step waits at most about one chunk for it. When steps
+//!    leave no gap for a while, a chunk is read by a normal-priority thread
+//!    that queues for the lock (`EpsilonPass::read_chunk`): the idle-priority
+//!    thread itself never waits in the lock's queue.
 //! 3. **Commit** (write lock): close the view, check the budget and the charge
 //!    again against the ledger as it is now (a step or another release may have
 //!    come in between), then persist and charge as one record, exactly as a
@@ -33,7 +36,7 @@ use super::releases::{check_bound, check_budget, check_charge, check_labels, now
 use super::{Engine, ReleaseOutcome};
 use crate::accounting::pld::PldEvent;
 use crate::accounting::Conversion;
-use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
+use crate::ledger::bounds::{bounded_epsilon, combine_worst_case, PldWorstCase};
 use crate::ledger::{Ledger, ViewToken, WorstCase};
 use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
 use rand::SeedableRng;
@@ -61,9 +64,11 @@ pub(super) struct OpenView {
     delta: f64,
     /// The RDP worst case at the view's step.
     rdp_worst: WorstCase,
-    /// `(steps, releases)` at the view's step, and the PLD events then (taken
-    /// only when the cache has no PLD worst case for them).
+    /// `(steps, releases)` at the view's step, and the PLD worst case then:
+    /// taken from the cache when it had it (a later query may evict it before
+    /// the release computes), else the events to compute it from.
     pld_at: (u64, u64),
+    pld_cached: Option<Result<PldWorstCase, String>>,
     pld_events: Option<Vec<PldEvent>>,
     /// A by-group release's labels, as at the view's step.
     labels: Option<Labels>,
@@ -112,17 +117,39 @@ impl Engine {
     }
 
     /// Steps 2 and 3 for a view opened by [`open_view`]: compute without the
-    /// write lock, then commit. The caller holds the dataset's release turn.
+    /// write lock, then commit. The caller holds the dataset's release turn;
+    /// the view is closed before this returns, whatever the outcome, so the
+    /// next release in turn finds none open.
     pub(super) async fn compute_and_commit(
         &self,
         mut view: OpenView,
         request: ReleaseRequest,
         trigger: ReleaseTrigger,
     ) -> EngineResult<ReleaseOutcome> {
+        let outcome = self
+            .compute_and_commit_in(&mut view, request, trigger)
+            .await;
+        if view.open {
+            view.open = false;
+            view.ds.ledger.write().await.close_view(view.token);
+        }
+        outcome
+    }
+
+    async fn compute_and_commit_in(
+        &self,
+        view: &mut OpenView,
+        request: ReleaseRequest,
+        trigger: ReleaseTrigger,
+    ) -> EngineResult<ReleaseOutcome> {
         let ds = view.ds.clone();
-        let conversion = Conversion::default();
-        let pld_events = view.pld_events.take();
-        let pld = blocking(|| ds.pld_worst_case_of(view.pld_at, || pld_events, view.delta));
+        let pld = match view.pld_cached.take() {
+            Some(cached) => cached,
+            None => {
+                let pld_events = view.pld_events.take();
+                blocking(|| ds.pld_worst_case_of(view.pld_at, || pld_events, view.delta))
+            }
+        };
         let worst = combine_worst_case(view.rdp_worst.clone(), pld);
         let bound = worst.epsilon;
         check_bound(view.token.step(), bound, view.delta)?;
@@ -130,10 +157,10 @@ impl Engine {
         let labels = view.labels.take().unwrap_or_default();
         let pass = EpsilonPass {
             ds: ds.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            queued: Default::default(),
             token: view.token,
             examples: view.examples,
-            delta: view.delta,
-            conversion,
             pld_epsilon,
         };
         let values = {
@@ -156,7 +183,7 @@ impl Engine {
             request,
             values,
         };
-        self.commit_release(&mut view, release).await
+        self.commit_release(view, release).await
     }
 
     /// Step 3: close the view, check again against the ledger as it is now,
@@ -214,15 +241,19 @@ pub(super) fn open_view(
     let delta = request.delta.unwrap_or(ledger.config().delta);
     let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
     let pld_at = (ledger.next_step(), ledger.releases());
-    let cached = ds.pld_cached(pld_at, delta);
-    let pld_events = if cached { None } else { ledger.pld_events() };
-    let token = ledger.open_view()?;
+    let pld_cached = ds.pld_cached(pld_at, delta);
+    let pld_events = match pld_cached {
+        Some(_) => None,
+        None => ledger.pld_events(),
+    };
+    let token = ledger.open_view(delta, Conversion::default())?;
     Ok(OpenView {
         ds: ds.clone(),
         token,
         delta,
         rdp_worst,
         pld_at,
+        pld_cached,
         pld_events,
         labels,
         examples: ledger.examples() as usize,
@@ -235,45 +266,61 @@ pub(super) fn open_view(
 /// worst case.
 struct EpsilonPass {
     ds: Arc<Dataset>,
+    /// The server's runtime, whose blocking pool reads a chunk when there is
+    /// no gap between steps (`read_chunk`).
+    runtime: tokio::runtime::Handle,
+    /// Chunks read that way (also counted in
+    /// `dpledger_release_chunks_queued_total`).
+    queued: std::sync::atomic::AtomicUsize,
     token: ViewToken,
     examples: usize,
-    delta: f64,
-    conversion: Conversion,
     pld_epsilon: Option<f64>,
 }
 
 impl EpsilonPass {
-    /// The ledger's read lock, taken between steps. A queued reader would
-    /// hold up every step behind it until this idle-priority thread is
-    /// scheduled again, so the pass only tries the lock, and queues for it
-    /// only after [`LOCK_PATIENCE`] of failed tries (steps so close together
-    /// that there is no gap: the release must still progress).
-    fn read_lock(&self) -> tokio::sync::RwLockReadGuard<'_, Ledger> {
+    /// Append the view's epsilons of the chunk starting at `start`. The read
+    /// lock is taken between steps: this idle-priority thread only *tries* it
+    /// (a reader queued at idle priority would hold up every step queued behind
+    /// it until the scheduler runs this thread again, which under full load may
+    /// take long). After [`LOCK_PATIENCE`] of failed tries (steps so close
+    /// together that there is no gap: the release must still progress) the
+    /// chunk is read by a thread of tokio's blocking pool, at normal priority,
+    /// which queues for the lock like any request and releases it promptly.
+    fn read_chunk(&self, start: usize, out: &mut Vec<f64>) -> EngineResult<()> {
+        let range = start..start + CHUNK;
         let started = std::time::Instant::now();
-        loop {
+        while started.elapsed() <= LOCK_PATIENCE {
             if let Ok(ledger) = self.ds.ledger.try_read() {
-                return ledger;
-            }
-            if started.elapsed() > LOCK_PATIENCE {
-                return self.ds.ledger.blocking_read();
+                return ledger
+                    .view_epsilons(self.token, range, out)
+                    .map_err(|_| reloaded());
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+        self.queued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::counter!("dpledger_release_chunks_queued_total").increment(1);
+        let (ds, token) = (self.ds.clone(), self.token);
+        let chunk = self.runtime.spawn_blocking(move || {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let ledger = ds.ledger.blocking_read();
+            ledger
+                .view_epsilons(token, range, &mut chunk)
+                .map(|()| chunk)
+        });
+        let chunk = self
+            .runtime
+            .block_on(chunk)
+            .map_err(|e| EngineError::Internal(format!("a release's read stopped: {e}")))?
+            .map_err(|_| reloaded())?;
+        out.extend_from_slice(&chunk);
+        Ok(())
     }
 
     fn run(&self) -> EngineResult<Vec<f64>> {
         let mut epsilons = Vec::with_capacity(self.examples);
         for start in (0..self.examples).step_by(CHUNK) {
-            let ledger = self.read_lock();
-            ledger
-                .view_epsilons(
-                    self.token,
-                    start..start + CHUNK,
-                    self.delta,
-                    self.conversion,
-                    &mut epsilons,
-                )
-                .map_err(|_| reloaded())?;
+            self.read_chunk(start, &mut epsilons)?;
         }
         for e in &mut epsilons {
             *e = bounded_epsilon(*e, self.pld_epsilon).0;
@@ -287,4 +334,58 @@ fn reloaded() -> EngineError {
     EngineError::Unavailable(
         "the dataset was reloaded from the log while the release was computed: retry".to_string(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::DatasetSetup;
+    use crate::ledger::{DatasetConfig, StepReport};
+
+    /// When steps leave no gap (here: a writer holds the lock for 200 ms), the
+    /// pass hands its chunk to a normal-priority thread that queues for the
+    /// lock, and still reads the view exactly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pass_without_a_gap_between_steps_queues_on_a_normal_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("db").display());
+        let engine = Engine::recover(crate::store::open(&url).unwrap()).unwrap();
+        let config = DatasetConfig::poisson(1000, 0.1, 1.0, 1.0, 1e-5);
+        let ds = engine
+            .create_dataset("d", config, DatasetSetup::default())
+            .await
+            .unwrap();
+        let report = StepReport::new(0, vec![0, 1, 2], vec![0.5, 2.0, 0.1]);
+        engine.report_step("d", report).await.unwrap();
+        let (token, want) = {
+            let mut ledger = ds.ledger.write().await;
+            let token = ledger.open_view(1e-5, Conversion::default()).unwrap();
+            (
+                token,
+                ledger.all_epsilons(1e-5, Conversion::default()).unwrap(),
+            )
+        };
+        let pass = EpsilonPass {
+            ds: ds.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            queued: Default::default(),
+            token,
+            examples: 1000,
+            pld_epsilon: None,
+        };
+        let writer = ds.ledger.write().await;
+        let started = std::time::Instant::now();
+        let pass = std::thread::spawn(move || {
+            let got = pass.run();
+            (got, pass.queued.into_inner())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(writer);
+        let (got, queued) = tokio::task::spawn_blocking(move || pass.join().unwrap())
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(got.unwrap(), want);
+        assert_eq!(queued, 1, "the first chunk queued on a normal thread");
+    }
 }

@@ -375,9 +375,6 @@ impl Ledger {
     // ------------------------------------------------------------------ compaction
 
     pub(super) fn maybe_compact(&mut self) {
-        if self.view.is_some() {
-            return; // a release's view needs every example's `since` as it was
-        }
         if let Accrual::Poisson(prefix) = &self.accrual {
             let budget = MIN_SEGMENT_BUDGET.max(self.acc.len() * 2);
             if prefix.len() > 1 && prefix.bytes() > budget {
@@ -390,12 +387,12 @@ impl Ledger {
     /// but the current one: `O(n × #orders)`. Runs automatically when segments (one
     /// per change of hyperparameters) exceed their memory budget; results are
     /// unchanged up to floating-point rounding (examples charged only at the top
-    /// bucket stay bit-identical to the worst case). Does nothing while a
-    /// release's view is open (it needs the old segments); the next step after
-    /// the view closes compacts if still needed.
+    /// bucket stay bit-identical to the worst case). With a release's view open
+    /// it first settles the view (`view.rs`): compaction falls at the same step
+    /// with or without a view, as in a replay of the log.
     pub fn compact(&mut self) {
-        if self.view.is_some() {
-            return;
+        if matches!(self.accrual, Accrual::Poisson(_)) {
+            self.settle_view();
         }
         let now = self.next_step;
         let m = self.m;

@@ -9,9 +9,17 @@
 //! costs `O(batch × #orders)` on the step and nothing when no view is open. The
 //! view then reads, for every example, the state it had at the view's step: the
 //! saved copy when the example changed since, the live columns otherwise (they
-//! have not changed). The prefix sums only grow, so `P(step)` is still at hand;
-//! compaction, which rewrites every example and drops old segments, waits until
-//! the view is closed. At most one view is open per ledger.
+//! have not changed). The prefix sums only grow, so `P(step)` is still at hand.
+//!
+//! Compaction rewrites every example and drops old segments, so a view could
+//! not read through it. It must not wait for the view either: it falls at the
+//! step where the segments outgrow their budget, and a replay of the log (which
+//! never has a view open) compacts at that step, so a compaction held back
+//! would leave the live ledger rounded differently from its own replay.
+//! Instead, a compaction with a view open first computes the view's remaining
+//! epsilons ([`Ledger::settle_view`], `O(n × #orders)` once, like the
+//! compaction itself) and the view serves them from there. At most one view is
+//! open per ledger.
 
 use super::columns::{ALL_TOP, RETIRED};
 use super::{Accrual, Ledger};
@@ -74,6 +82,13 @@ type SavedState = (u32, u64, u8);
 #[derive(Debug)]
 pub(super) struct EpochView {
     token: ViewToken,
+    /// The release's `delta` and conversion, fixed when the view opens (a
+    /// compaction computes the view's epsilons ahead with them).
+    delta: f64,
+    conversion: Conversion,
+    /// Epsilons computed ahead by a compaction, for the examples from the first
+    /// number on; once present the view reads only these and saves nothing.
+    ahead: Option<(usize, Vec<f64>)>,
     /// The release offset at the view's step.
     release: Vec<f64>,
     /// One bit per example: saved since the view opened (the common case of a
@@ -93,6 +108,9 @@ impl Clone for EpochView {
     fn clone(&self) -> Self {
         EpochView {
             token: self.token,
+            delta: self.delta,
+            conversion: self.conversion,
+            ahead: self.ahead.clone(),
             release: self.release.clone(),
             changed: self.changed.clone(),
             slot: self.slot.clone(),
@@ -110,7 +128,10 @@ impl EpochView {
     #[inline]
     pub(super) fn save(&mut self, i: usize, bucket: u32, since: u64, flags: u8, acc: &[f64]) {
         let (word, bit) = (i / 64, 1u64 << (i % 64));
-        if self.changed[word] & bit != 0 || i < self.read_below.load(Ordering::Acquire) {
+        if self.ahead.is_some()
+            || self.changed[word] & bit != 0
+            || i < self.read_below.load(Ordering::Acquire)
+        {
             return;
         }
         self.changed[word] |= bit;
@@ -136,6 +157,7 @@ impl EpochView {
             + self.slot.capacity() * 16
             + self.changed.capacity() * 8
             + self.release.capacity() * 8
+            + self.ahead.as_ref().map_or(0, |(_, e)| e.capacity() * 8)
     }
 }
 
@@ -160,10 +182,16 @@ macro_rules! save_for_view {
 pub(super) use save_for_view;
 
 impl Ledger {
-    /// Open a view of every example at the current step. Refused while another
-    /// view is open (releases take turns) or while a multi-part step is
-    /// incomplete (a release could not be charged then).
-    pub fn open_view(&mut self) -> Result<ViewToken, LedgerError> {
+    /// Open a view of every example at the current step, to be read as
+    /// epsilons at `delta` by `conversion`. Refused while another view is open
+    /// (releases take turns) or while a multi-part step is incomplete (a
+    /// release could not be charged then).
+    pub fn open_view(
+        &mut self,
+        delta: f64,
+        conversion: Conversion,
+    ) -> Result<ViewToken, LedgerError> {
+        Self::check_delta(delta)?;
         self.refuse_if_pending("a release")?;
         if let Some(v) = &self.view {
             return Err(LedgerError::Conflict {
@@ -181,6 +209,9 @@ impl Ledger {
         };
         self.view = Some(EpochView {
             token,
+            delta,
+            conversion,
+            ahead: None,
             release: self.release.clone(),
             changed: vec![0; self.n.div_ceil(64)],
             slot: HashMap::default(),
@@ -192,8 +223,7 @@ impl Ledger {
     }
 
     /// Close the view `token` names; `false` when it is not open (closed before,
-    /// or the ledger was reloaded since). Compaction held back by the view runs
-    /// at the next step.
+    /// or the ledger was reloaded since).
     pub fn close_view(&mut self, token: ViewToken) -> bool {
         if self.view.as_ref().is_some_and(|v| v.token == token) {
             self.view = None;
@@ -212,21 +242,19 @@ impl Ledger {
         self.view.as_ref().map_or(0, |v| v.states.len())
     }
 
-    /// Epsilons of the examples in `ids` as they were at the view's step, appended
-    /// to `out`: `O(|ids| × #orders)`. Bit for bit what [`Ledger::epsilons`] gave
-    /// at that step. A view is read once, in order: `ids` starts where the last
-    /// read ended (at 0 the first time), so that steps need not keep copies of
+    /// Epsilons of the examples in `ids` as they were at the view's step (at
+    /// the view's `delta` and conversion), appended to `out`:
+    /// `O(|ids| × #orders)`. Bit for bit what [`Ledger::epsilons`] gave at that
+    /// step. A view is read once, in order: `ids` starts where the last read
+    /// ended (at 0 the first time), so that steps need not keep copies of
     /// examples already read. Refused when the view is not open or `ids` does
     /// not continue the reading.
     pub fn view_epsilons(
         &self,
         token: ViewToken,
         ids: Range<usize>,
-        delta: f64,
-        conversion: Conversion,
         out: &mut Vec<f64>,
     ) -> Result<(), LedgerError> {
-        Self::check_delta(delta)?;
         let view = self
             .view
             .as_ref()
@@ -247,10 +275,21 @@ impl Ledger {
                 ),
             });
         }
-        let conv = Converter::new(&self.orders, delta, conversion);
+        match &view.ahead {
+            Some((from, epsilons)) => out.extend_from_slice(&epsilons[read - from..end - from]),
+            None => self.compute_view_epsilons(view, read..end, out),
+        }
+        view.read_below.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    /// The view's epsilons of `ids` from the saved and live state: the one
+    /// computation behind reading a view and settling it.
+    fn compute_view_epsilons(&self, view: &EpochView, ids: Range<usize>, out: &mut Vec<f64>) {
+        let conv = Converter::new(&self.orders, view.delta, view.conversion);
         let m = self.m;
         let mut rdp = vec![0.0; m];
-        for i in ids.start..end {
+        for i in ids {
             let ((bucket, since, flags), acc) = view.saved(i, m).unwrap_or((
                 (self.bucket[i], self.since[i], self.flags[i]),
                 &self.acc[i * m..(i + 1) * m],
@@ -260,14 +299,34 @@ impl Ledger {
                 since,
                 flags,
                 acc,
-                At::Before(token.step),
+                At::Before(view.token.step),
                 &view.release,
                 &mut rdp,
             );
             out.push(conv.epsilon(&rdp).epsilon);
         }
-        view.read_below.store(end, Ordering::Release);
-        Ok(())
+    }
+
+    /// Before a compaction rewrites every example: compute the open view's
+    /// epsilons not read yet, so that it reads them from there (module note),
+    /// and drop the saved copies, which nothing needs any more.
+    pub(super) fn settle_view(&mut self) {
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
+        if view.ahead.is_some() {
+            return;
+        }
+        let from = view.read_below.load(Ordering::Acquire);
+        let mut epsilons = Vec::with_capacity(self.n.saturating_sub(from));
+        self.compute_view_epsilons(view, from..self.n, &mut epsilons);
+        if let Some(view) = self.view.as_mut() {
+            view.ahead = Some((from, epsilons));
+            view.slot = HashMap::default();
+            view.states = Vec::new();
+            view.rows = Vec::new();
+            view.changed.fill(0);
+        }
     }
 
     /// An example's RDP vector at step `at` from its state (threshold bucket,
