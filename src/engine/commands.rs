@@ -152,7 +152,6 @@ impl Engine {
     pub async fn report_step(&self, id: &str, report: StepReport) -> EngineResult<StepOutcome> {
         let ds = self.writable(id)?;
         let started = Instant::now();
-        let policy_slot = Self::policy_slot(&ds, &report).await;
         let mut ledger = ds.ledger.write().await;
         self.locked_checks(&ds, &mut ledger).await?;
         if let Some(previous) = ledger.check_step(&report)? {
@@ -182,7 +181,14 @@ impl Engine {
                     }
                 }
                 return match ledger.check_step(&report)? {
-                    Some(previous) => Ok(previous),
+                    Some(previous) => {
+                        // The reload found this very step applied: start its
+                        // policy release, if due (nothing else has).
+                        if previous.complete {
+                            self.policy_release(&ds, &mut ledger);
+                        }
+                        Ok(previous)
+                    }
                     None => Err(EngineError::store(e)),
                 };
             }
@@ -199,7 +205,7 @@ impl Engine {
             )
         })?;
         if outcome.complete {
-            self.policy_release(&ds, &mut ledger, policy_slot);
+            self.policy_release(&ds, &mut ledger);
         }
         metrics::counter!("dpledger_steps_total").increment(1);
         metrics::counter!("dpledger_norms_ingested_total").increment(report.ids.len() as u64);

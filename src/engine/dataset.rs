@@ -40,7 +40,8 @@ pub struct Dataset {
     pub stale: AtomicBool,
     /// Releases, release budget, labels and policy. Changed only while the
     /// ledger's write lock is held (so releases and steps are ordered as in the
-    /// log); read without it by viewers.
+    /// log), except the policy's last refusal, a status that is not in the log;
+    /// read without it by viewers.
     pub book: std::sync::RwLock<ReleaseBook>,
     /// Recent PLD worst cases (spec §8), keyed by steps, releases and delta.
     pub(super) pld_cache: std::sync::Mutex<PldCache>,
@@ -64,9 +65,12 @@ pub struct Dataset {
     /// that a policy release's background task can own its turn.
     pub(super) release_turn: Arc<tokio::sync::Mutex<()>>,
     /// Held from the step that makes a policy release due until that release is
-    /// published or refused (`policy.rs`): the next due step waits for it, so
-    /// policy releases never pile up and each describes its own step.
+    /// published or refused (`policy.rs`): at most one policy release is
+    /// computed at a time.
     pub(super) policy_in_flight: Arc<tokio::sync::Mutex<()>>,
+    /// Set while a policy release that fell due during the previous one waits
+    /// for it (`policy.rs`): further due releases coalesce into that one.
+    pub(super) policy_deferred: AtomicBool,
     /// Set while the ledger is paged out (`paging.rs`): the lock then holds a
     /// one-example placeholder, and whoever needs the ledger loads it first.
     pub(super) paged_out: AtomicBool,
@@ -133,6 +137,7 @@ impl Dataset {
             snapshot_busy: AtomicBool::new(false),
             release_turn: Arc::new(tokio::sync::Mutex::new(())),
             policy_in_flight: Arc::new(tokio::sync::Mutex::new(())),
+            policy_deferred: AtomicBool::new(false),
             paged_out: AtomicBool::new(false),
             last_touch: AtomicU64::new(millis_now()),
             archive: std::sync::Mutex::new(None),

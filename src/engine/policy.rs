@@ -7,14 +7,17 @@
 //! on a background task exactly like a curator's release (`release_view.rs`),
 //! so neither that trainer nor any other waits for the dashboards.
 //!
-//! Order and back-pressure: the step that makes the *next* release due first
-//! waits (before it takes the write lock) until the previous policy release is
-//! published or refused. So at most one policy release is in flight per
-//! dataset, they never pile up when releases are slower than steps, and once a
-//! due step is answered every earlier policy release is visible. A refusal
-//! found when the view is opened (budget spent, no labels, examples that would
-//! retire) is recorded before the step answers; one found at commit is
-//! recorded when the task ends. Either way the step itself is accepted.
+//! Order and back-pressure: a step never waits for a release. At most one
+//! policy release is computed at a time per dataset; one that falls due while
+//! the previous is still computing is *deferred*: a task waits for the previous
+//! one and then opens its view at the step the ledger has reached by then (its
+//! record says which). Further releases falling due meanwhile coalesce into
+//! that deferred one (counted in `dpledger_policy_releases_coalesced_total`),
+//! so when releases are slower than steps they never pile up: the dashboard
+//! gets the newest state as often as releases can be computed. A refusal found
+//! when the view is opened (budget spent, no labels, examples that would
+//! retire) is recorded before the step answers; one found later is recorded
+//! when the task ends. Either way the step itself is accepted.
 //!
 //! If a curator's release holds the release turn when a policy release falls
 //! due, the policy release waits for the turn on its task and opens its view
@@ -25,59 +28,50 @@
 
 use super::book::PolicyRefusal;
 use super::dataset::Dataset;
-use super::error::{EngineError, EngineResult};
+use super::error::EngineResult;
 use super::release_view::open_view;
 use super::{Engine, ReleaseOutcome};
-use crate::ledger::{Ledger, StepReport};
+use crate::ledger::Ledger;
 use crate::release::{ReleaseRequest, ReleaseTrigger};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 
 /// The policy's slot, held from the due step until its release is recorded.
-pub(super) type PolicySlot = OwnedMutexGuard<()>;
+type PolicySlot = OwnedMutexGuard<()>;
 
 impl Engine {
-    /// Before a step report takes the write lock: if completing it makes a policy
-    /// release due, wait for the previous policy release and take the slot.
-    /// Waiting here (not under the lock) lets that release commit meanwhile.
-    pub(super) async fn policy_slot(ds: &Dataset, report: &StepReport) -> Option<PolicySlot> {
-        let every = ds.book_read().policy.as_ref()?.every_steps;
-        if every == 0 || (report.step + 1) % every != 0 {
-            return None;
-        }
-        Some(ds.policy_in_flight.clone().lock_owned().await)
-    }
-
     /// After a completed step, with the write lock held: start the policy's
-    /// release if one is due. Never fails the step.
-    pub(super) fn policy_release(
-        &self,
-        ds: &Arc<Dataset>,
-        ledger: &mut Ledger,
-        slot: Option<PolicySlot>,
-    ) {
+    /// release if one is due, or defer it behind the one in flight (module
+    /// note). Never fails or delays the step.
+    pub(super) fn policy_release(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) {
         let Some(policy) = ds.book_read().policy.clone() else {
             return;
         };
         if policy.every_steps == 0 || ledger.next_step() % policy.every_steps != 0 {
             return;
         }
-        // The policy changed after the slot was checked: take it if it is free.
-        let Some(slot) = slot.or_else(|| ds.policy_in_flight.clone().try_lock_owned().ok()) else {
-            record_outcome(
-                ds,
-                Err(EngineError::conflict(
-                    "the previous policy release was still being computed when this one fell due",
-                )),
-            );
-            return;
-        };
         let mut request = policy.request;
         if let Err(e) = request.validate() {
             record_outcome(ds, Err(e.into()));
             return;
         }
+        match ds.policy_in_flight.clone().try_lock_owned() {
+            Ok(slot) => self.start_policy_release(ds, ledger, request, slot),
+            Err(_) => self.defer_policy_release(ds),
+        }
+    }
+
+    /// The slot is free: open the view now (under this step's lock) when the
+    /// turn is free too, else on a task once a curator's release is done.
+    fn start_policy_release(
+        &self,
+        ds: &Arc<Dataset>,
+        ledger: &mut Ledger,
+        request: ReleaseRequest,
+        slot: PolicySlot,
+    ) {
         let engine = self.clone();
         let ds = ds.clone();
         match ds.release_turn.clone().try_lock_owned() {
@@ -88,7 +82,7 @@ impl Engine {
                         let result = engine
                             .compute_and_commit(view, request, ReleaseTrigger::Policy)
                             .await;
-                        record_outcome(&ds, result);
+                        record_outcome(&ds, result.map(Some));
                         drop((turn, slot));
                     });
                 }
@@ -96,7 +90,7 @@ impl Engine {
             Err(_) => {
                 tokio::spawn(async move {
                     let turn = ds.release_turn.clone().lock_owned().await;
-                    let result = engine.policy_release_later(&ds, request).await;
+                    let result = engine.policy_release_later(&ds, request, false).await;
                     record_outcome(&ds, result);
                     drop((turn, slot));
                 });
@@ -104,20 +98,61 @@ impl Engine {
         }
     }
 
-    /// A policy release that found a curator's release in progress: open the
-    /// view now that the turn is free, then compute and commit.
+    /// The previous policy release is still being computed: wait for it on a
+    /// task, then release the ledger as it is then with the policy as it is
+    /// then (none if it was removed meanwhile). One deferred release at a time;
+    /// releases falling due while it waits coalesce into it.
+    fn defer_policy_release(&self, ds: &Arc<Dataset>) {
+        if ds.policy_deferred.swap(true, Ordering::AcqRel) {
+            metrics::counter!("dpledger_policy_releases_coalesced_total").increment(1);
+            return;
+        }
+        let engine = self.clone();
+        let ds = ds.clone();
+        tokio::spawn(async move {
+            let slot = ds.policy_in_flight.clone().lock_owned().await;
+            ds.policy_deferred.store(false, Ordering::Release);
+            let Some(policy) = ds.book_read().policy.clone() else {
+                return;
+            };
+            let mut request = policy.request;
+            let result = match request.validate() {
+                Err(e) => Err(e.into()),
+                Ok(()) => {
+                    let turn = ds.release_turn.clone().lock_owned().await;
+                    let result = engine.policy_release_later(&ds, request, true).await;
+                    drop(turn);
+                    result
+                }
+            };
+            record_outcome(&ds, result);
+            drop(slot);
+        });
+    }
+
+    /// A policy release that waited (for a curator's release, or deferred
+    /// behind the previous policy release): open the view now that the turn is
+    /// free, then compute and commit. A deferred one is skipped (`None`) when
+    /// the newest release is a policy release of the ledger as it is now: no
+    /// step came since, so it would spend budget on the same numbers.
     async fn policy_release_later(
         &self,
         ds: &Arc<Dataset>,
         request: ReleaseRequest,
-    ) -> EngineResult<ReleaseOutcome> {
+        deferred: bool,
+    ) -> EngineResult<Option<ReleaseOutcome>> {
         let view = {
             let mut ledger = ds.ledger.write().await;
             self.locked_checks(ds, &mut ledger).await?;
+            let newest = ds.book_read().history.last().map(|r| (r.step, r.trigger));
+            if deferred && newest == Some((ledger.next_step(), ReleaseTrigger::Policy)) {
+                return Ok(None);
+            }
             open_view(ds, &mut ledger, &request)?
         };
         self.compute_and_commit(view, request, ReleaseTrigger::Policy)
             .await
+            .map(Some)
     }
 
     /// Wait (at most `limit`) until no policy release is in flight, so that a
@@ -128,8 +163,19 @@ impl Engine {
         let deadline = tokio::time::Instant::now() + limit;
         let mut unfinished = 0;
         for ds in datasets {
-            let slot = tokio::time::timeout_at(deadline, ds.policy_in_flight.lock()).await;
-            if slot.is_err() {
+            // A deferred release takes the slot after the one in flight.
+            let finished = tokio::time::timeout_at(deadline, async {
+                loop {
+                    let slot = ds.policy_in_flight.lock().await;
+                    if !ds.policy_deferred.load(Ordering::Acquire) {
+                        return;
+                    }
+                    drop(slot);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+            if finished.is_err() {
                 tracing::warn!(
                     dataset = ds.id,
                     "policy release still in flight at shutdown"
@@ -144,10 +190,11 @@ impl Engine {
 /// Keep the outcome of a policy release for the dataset's status: a refusal
 /// (budget spent, say) is shown to curators in full and to viewers and owners
 /// as its public reason; a published release clears it.
-fn record_outcome(ds: &Dataset, result: EngineResult<ReleaseOutcome>) {
+fn record_outcome(ds: &Dataset, result: EngineResult<Option<ReleaseOutcome>>) {
     let mut book = ds.book_write();
     match result {
-        Ok(_) => book.policy_error = None,
+        Ok(None) => {}
+        Ok(Some(_)) => book.policy_error = None,
         Err(e) => {
             let detail = e.to_string();
             tracing::warn!(dataset = ds.id, detail = detail, "policy release refused");
@@ -164,7 +211,7 @@ fn record_outcome(ds: &Dataset, result: EngineResult<ReleaseOutcome>) {
 mod tests {
     use super::*;
     use crate::engine::DatasetSetup;
-    use crate::ledger::DatasetConfig;
+    use crate::ledger::{DatasetConfig, StepReport};
     use crate::release::ReleasePolicy;
 
     /// The steps of the dataset's releases, oldest first.
@@ -221,5 +268,56 @@ mod tests {
             engine.finish_policy_releases(Duration::from_secs(1)).await,
             0
         );
+    }
+
+    /// Releases slower than steps: while the first policy release cannot
+    /// proceed (a curator holds the turn), every step answers at once; the
+    /// release due at the second step is deferred, those due later coalesce
+    /// into it, and once the turn is free the first release and the deferred
+    /// one describe the ledger as it is then. With no step in between, the
+    /// deferred one is skipped (it would repeat the same numbers); a step
+    /// later, the next due release is made as usual.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn due_releases_behind_a_slow_one_are_deferred_and_coalesced() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("db").display());
+        let engine = Engine::recover(crate::store::open(&url).unwrap()).unwrap();
+        let policy = ReleasePolicy {
+            every_steps: 1,
+            request: serde_json::from_str(r#"{"mean": {"rho": 0.0001}}"#).unwrap(),
+        };
+        let setup = DatasetSetup {
+            release_budget: Some(1.0),
+            labels: None,
+            release_policy: Some(policy),
+        };
+        let config = DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5);
+        let ds = engine.create_dataset("d", config, setup).await.unwrap();
+        let step = |t: u64| StepReport::new(t, vec![0, 1], vec![0.5, 2.0]);
+        let turn = ds.release_turn.clone().lock_owned().await;
+        for t in 0..6 {
+            tokio::time::timeout(Duration::from_secs(5), engine.report_step("d", step(t)))
+                .await
+                .expect("a step waited for a release")
+                .unwrap();
+        }
+        assert!(ds.policy_deferred.load(Ordering::Acquire));
+        assert!(released(&ds).is_empty());
+        drop(turn);
+        wait_for(&ds, 1).await;
+        assert_eq!(
+            engine.finish_policy_releases(Duration::from_secs(10)).await,
+            0
+        );
+        assert_eq!(
+            released(&ds),
+            vec![6],
+            "the deferred release repeated step 6"
+        );
+        assert!(!ds.policy_deferred.load(Ordering::Acquire));
+        engine.report_step("d", step(6)).await.unwrap();
+        wait_for(&ds, 2).await;
+        assert_eq!(released(&ds), vec![6, 7]);
+        assert!(ds.book_read().policy_error.is_none());
     }
 }

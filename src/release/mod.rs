@@ -182,7 +182,10 @@ pub enum ReleaseTrigger {
     Policy,
 }
 
-/// Releases every `every_steps` steps, automatically.
+/// Releases every `every_steps` steps, automatically. Steps never wait for a
+/// release: one that falls due while the previous is still being computed is
+/// deferred until it is done (and then describes the step reached by then);
+/// releases falling due meanwhile coalesce into it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleasePolicy {

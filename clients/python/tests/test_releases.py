@@ -66,6 +66,17 @@ def wait_for_releases(client: Client, ds: str, count: int, timeout: float = 20.0
         time.sleep(0.02)
 
 
+def wait_for_policy_error(client: Client, ds: str, timeout: float = 20.0):
+    """The dataset's release list once its policy has recorded a refusal (a
+    deferred policy release records it when its task ends)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = client.list_releases(ds)
+        if listed.policy_error is not None or time.monotonic() > deadline:
+            return listed
+        time.sleep(0.02)
+
+
 def as_role(server, role: str, ds: str, examples: List[int] = None) -> Client:
     return Client(server.url, server.token(role, ds, examples), retry=FAST_RETRY)
 
@@ -267,9 +278,13 @@ def test_a_policy_releases_every_n_steps_until_the_budget_is_spent(server, admin
     assert curator.set_policy(ds, policy).policy == policy  # absolute: repeating is harmless
     assert viewer.get_policy(ds).policy == policy
     # Releases after steps 4 and 8; the third (after 12) is over budget, but the
-    # step itself is accepted.
-    run_steps(admin, ds, 0, 12)
-    listed = viewer.list_releases(ds)
+    # step itself is accepted. Each release is awaited before the next due step
+    # (one that falls due while the previous one computes is deferred).
+    for start, count in [(0, 1), (4, 2)]:
+        run_steps(admin, ds, start, start + 4)
+        assert len(wait_for_releases(viewer, ds, count)) == count
+    run_steps(admin, ds, 8, 12)
+    listed = wait_for_policy_error(viewer, ds)
     assert [r.step for r in listed.releases] == [8, 4]
     assert all(r.trigger == "policy" for r in listed.releases)
     assert listed.policy == policy and "budget" in listed.policy_error

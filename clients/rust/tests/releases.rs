@@ -10,7 +10,7 @@ use common::proxy::{answer_dropping_proxy, socket_addr};
 use common::{config, rel, Env, Rng};
 use dpledger_client::{
     BudgetRequest, Client, DatasetConfig, DatasetSetup, Error, PrivacyQuery, PrivacyView,
-    ReleasePolicy, ReleaseRequest, ReleaseTrigger, RetryPolicy, StepReport,
+    ReleaseList, ReleasePolicy, ReleaseRequest, ReleaseTrigger, RetryPolicy, StepReport,
 };
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -49,6 +49,24 @@ async fn run_steps(trainer: &Client, dataset: &str, from: u64, to: u64) {
             .await
             .unwrap();
         assert!(out.complete && !out.duplicate);
+    }
+}
+
+/// The dataset's release list once `done` holds of it (at most 20 s): steps
+/// never wait for policy releases, which are published shortly after the step
+/// that made them due, so a reader polls as a dashboard would.
+async fn wait_for_list(
+    client: &Client,
+    dataset: &str,
+    done: impl Fn(&ReleaseList) -> bool,
+) -> ReleaseList {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = client.releases(dataset, None).await.unwrap();
+        if done(&list) || std::time::Instant::now() > deadline {
+            return list;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -447,8 +465,16 @@ async fn a_policy_releases_every_n_steps_until_the_budget_is_spent() {
 
     // Steps 0..12: releases after steps 4 and 8; the third (after 12) is over
     // budget, which the policy records while the step itself is accepted.
-    run_steps(&env.client_as("trainer", Some("p"), None), "p", 0, 12).await;
-    let list = viewer.releases("p", None).await.unwrap();
+    // Each release is awaited before the next due step (a release that falls
+    // due while the previous one computes is deferred to a later step).
+    let trainer = env.client_as("trainer", Some("p"), None);
+    for (from, count) in [(0, 1), (4, 2)] {
+        run_steps(&trainer, "p", from, from + 4).await;
+        let list = wait_for_list(&viewer, "p", |l| l.releases.len() == count).await;
+        assert_eq!(list.releases.len(), count, "{list:?}");
+    }
+    run_steps(&trainer, "p", 8, 12).await;
+    let list = wait_for_list(&viewer, "p", |l| l.policy_error.is_some()).await;
     let steps: Vec<u64> = list.releases.iter().map(|r| r.step).collect();
     assert_eq!(steps, vec![8, 4], "{list:?}");
     assert!(list
