@@ -219,6 +219,25 @@ mod tests {
         ds.book_read().history.iter().map(|r| r.step).collect()
     }
 
+    /// An engine on a store in `dir` with dataset `d` (10 examples, a budget)
+    /// whose policy releases a mean every `every` steps.
+    async fn with_policy(dir: &std::path::Path, every: u64) -> (Engine, Arc<Dataset>) {
+        let url = format!("sqlite:{}", dir.join("db").display());
+        let engine = Engine::recover(crate::store::open(&url).unwrap()).unwrap();
+        let policy = ReleasePolicy {
+            every_steps: every,
+            request: serde_json::from_str(r#"{"mean": {"rho": 0.0001}}"#).unwrap(),
+        };
+        let setup = DatasetSetup {
+            release_budget: Some(1.0),
+            labels: None,
+            release_policy: Some(policy),
+        };
+        let config = DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5);
+        let ds = engine.create_dataset("d", config, setup).await.unwrap();
+        (engine, ds)
+    }
+
     async fn wait_for(ds: &Dataset, count: usize) {
         for _ in 0..2000 {
             if released(ds).len() >= count {
@@ -232,23 +251,12 @@ mod tests {
     /// A policy release that falls due while a curator's release holds the
     /// turn waits for it on its task: the step answers, later steps are
     /// applied meanwhile, and the release then describes the step the ledger
-    /// reached (and says so); the next due step waits for it.
+    /// reached (and says so); the next due step, with nothing in flight, is
+    /// released at its own step.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_policy_release_waits_for_a_curators_turn_without_holding_steps() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("db").display());
-        let engine = Engine::recover(crate::store::open(&url).unwrap()).unwrap();
-        let policy = ReleasePolicy {
-            every_steps: 2,
-            request: serde_json::from_str(r#"{"mean": {"rho": 0.0001}}"#).unwrap(),
-        };
-        let setup = DatasetSetup {
-            release_budget: Some(1.0),
-            labels: None,
-            release_policy: Some(policy),
-        };
-        let config = DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5);
-        let ds = engine.create_dataset("d", config, setup).await.unwrap();
+        let (engine, ds) = with_policy(dir.path(), 2).await;
         let step = |t: u64| StepReport::new(t, vec![0, 1], vec![0.5, 2.0]);
         engine.report_step("d", step(0)).await.unwrap();
         let turn = ds.release_turn.clone().lock_owned().await;
@@ -280,19 +288,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn due_releases_behind_a_slow_one_are_deferred_and_coalesced() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("db").display());
-        let engine = Engine::recover(crate::store::open(&url).unwrap()).unwrap();
-        let policy = ReleasePolicy {
-            every_steps: 1,
-            request: serde_json::from_str(r#"{"mean": {"rho": 0.0001}}"#).unwrap(),
-        };
-        let setup = DatasetSetup {
-            release_budget: Some(1.0),
-            labels: None,
-            release_policy: Some(policy),
-        };
-        let config = DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5);
-        let ds = engine.create_dataset("d", config, setup).await.unwrap();
+        let (engine, ds) = with_policy(dir.path(), 1).await;
         let step = |t: u64| StepReport::new(t, vec![0, 1], vec![0.5, 2.0]);
         let turn = ds.release_turn.clone().lock_owned().await;
         for t in 0..6 {
