@@ -307,7 +307,9 @@ impl BudgetRequest {
 
 /// Releases every `every_steps` steps, automatically, after the step that makes the
 /// number of applied steps a multiple of it. A refused automatic release (budget
-/// spent, say) never fails the step; its reason is kept in `policy_error`.
+/// spent, say) never fails the step; its reason is kept in `policy_error`. Steps
+/// never wait for a release: one due while the previous is still computed is
+/// deferred (and then describes a later step), and later ones coalesce into it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReleasePolicy {
     /// The period in steps (at least 1).

@@ -579,7 +579,11 @@ class ReleaseRequest:
 
 @dataclass
 class ReleasePolicy:
-    """Release ``request`` automatically after every ``every_steps`` steps."""
+    """Release ``request`` automatically after every ``every_steps`` steps.
+
+    Steps never wait for a release: one that falls due while the previous is
+    still being computed is deferred (it then describes a later step), and
+    later ones coalesce into it."""
 
     __schema__: ClassVar[str] = "ReleasePolicy"
     every_steps: int
