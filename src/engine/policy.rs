@@ -52,11 +52,10 @@ impl Engine {
         if policy.every_steps == 0 || ledger.next_step() % policy.every_steps != 0 {
             return;
         }
-        let mut request = policy.request;
-        if let Err(e) = request.validate() {
-            record_outcome(ds, Err(e.into()));
-            return;
-        }
+        let request = match validated(policy.request) {
+            Ok(request) => request,
+            Err(e) => return record_outcome(ds, Err(e)),
+        };
         match ds.policy_in_flight.clone().try_lock_owned() {
             Ok(slot) => self.start_policy_release(ds, ledger, request, slot),
             Err(_) => self.defer_policy_release(ds),
@@ -115,10 +114,9 @@ impl Engine {
             let Some(policy) = ds.book_read().policy.clone() else {
                 return;
             };
-            let mut request = policy.request;
-            let result = match request.validate() {
-                Err(e) => Err(e.into()),
-                Ok(()) => {
+            let result = match validated(policy.request) {
+                Err(e) => Err(e),
+                Ok(request) => {
                     let turn = ds.release_turn.clone().lock_owned().await;
                     let result = engine.policy_release_later(&ds, request, true).await;
                     drop(turn);
@@ -185,6 +183,12 @@ impl Engine {
         }
         unfinished
     }
+}
+
+/// The policy's request, checked as a curator's would be.
+fn validated(mut request: ReleaseRequest) -> EngineResult<ReleaseRequest> {
+    request.validate()?;
+    Ok(request)
 }
 
 /// Keep the outcome of a policy release for the dataset's status: a refusal
