@@ -50,6 +50,7 @@ impl From<EngineError> for Problem {
             EngineError::Store(_) | EngineError::Unavailable(_) => {
                 Problem::internal(StatusCode::SERVICE_UNAVAILABLE, detail)
             }
+            EngineError::NotOwner(_) => Problem::not_owner(detail, None),
             EngineError::Internal(_) => {
                 Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, detail)
             }

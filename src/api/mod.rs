@@ -10,6 +10,7 @@
 //! | `accountant_routes.rs` | the stateless accountant endpoints |
 //! | `analysis_routes.rs` | seed 001's data-dependent analysis over several runs |
 //! | `admin_routes.rs` | server administration: the storage report |
+//! | `cluster_routes.rs` | cluster mode: forwarding to owners or `503 not-owner`, the map, drain |
 //! | `accountant.rs` | the stateless accountant's requests and computations (shared with the CLI) |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
@@ -29,6 +30,7 @@ mod admin_routes;
 mod analysis_routes;
 pub mod auth;
 pub mod bare_errors;
+mod cluster_routes;
 mod dataset_routes;
 mod errors;
 pub mod extract;

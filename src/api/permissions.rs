@@ -117,6 +117,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ep("GET", "/metrics", Scope::Metrics),
     ep("POST", "/v1/datasets", Scope::Admin),
     ep("GET", "/v1/admin/storage", Scope::Admin),
+    ep("GET", "/v1/cluster", Scope::AnyToken),
+    ep("POST", "/v1/cluster/nodes/{node}/drain", Scope::Admin),
     ep("GET", "/v1/datasets", Scope::AnyToken),
     ep("GET", "/v1/datasets/{dataset}", Scope::Train),
     ep("POST", "/v1/datasets/{dataset}/steps", Scope::Train),

@@ -30,7 +30,24 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<crate::engine::BudgetRefusal>)]
     pub budget: Option<Box<crate::engine::BudgetRefusal>>,
+    /// For `urn:dpledger:problem:not-owner` (cluster mode): the node that owns
+    /// the dataset, when it is known. Answered with `Retry-After`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerRef>,
 }
+
+/// A cluster node as named in a not-owner problem.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct OwnerRef {
+    /// The node's id.
+    pub node_id: String,
+    /// Its advertised base URL (send the dataset's requests there).
+    pub advertise: String,
+}
+
+/// Slug of the retryable refusal of a node that cannot serve or forward a
+/// dataset's request (cluster mode).
+pub const NOT_OWNER: &str = "not-owner";
 
 impl Problem {
     /// A problem with the given status, slug (for the type URN) and detail.
@@ -42,7 +59,16 @@ impl Problem {
             detail: detail.into(),
             field: None,
             budget: None,
+            owner: None,
         }
+    }
+
+    /// The retryable refusal of a node that cannot serve or forward a
+    /// dataset's request (cluster mode), naming the owner when known.
+    pub fn not_owner(detail: impl Into<String>, owner: Option<OwnerRef>) -> Self {
+        let mut p = Self::new(StatusCode::SERVICE_UNAVAILABLE, NOT_OWNER, detail);
+        p.owner = owner;
+        p
     }
 
     /// Attach the name of the field at fault.
@@ -102,7 +128,13 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{}".to_vec());
-        (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
+        let mut response = (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
+        if self.kind.ends_with(NOT_OWNER) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 

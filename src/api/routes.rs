@@ -195,6 +195,7 @@ pub fn openapi_document() -> String {
     doc.merge(super::release_routes::ReleaseApi::openapi());
     doc.merge(super::analysis_routes::AnalysisApi::openapi());
     doc.merge(super::admin_routes::AdminApi::openapi());
+    doc.merge(super::cluster_routes::ClusterApi::openapi());
     utoipa::Modify::modify(&ApiConventions, &mut doc);
     doc.to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -224,8 +225,13 @@ fn routes(state: Arc<AppState>) -> Router {
         .merge(super::release_routes::routes())
         .merge(super::analysis_routes::routes())
         .merge(super::admin_routes::routes())
+        .merge(super::cluster_routes::routes())
         .merge(crate::dashboard::router())
         .fallback(|| async { Problem::not_found("no such endpoint") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::cluster_routes::route_to_owner,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()

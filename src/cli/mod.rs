@@ -1,6 +1,7 @@
 //! Command-line interface: `dpledger <command>`.
 
 pub mod accountant;
+pub mod cluster;
 pub mod data_dependent;
 pub mod demo;
 pub mod loadgen;
@@ -51,6 +52,8 @@ pub enum Command {
     /// Drop log payloads that a verified snapshot stands in for (keeps what an
     /// audit needs: the pinned snapshot, every later record, every checksum).
     Compact(CompactCmd),
+    /// Operate a cluster of nodes: drain one, print the cluster map.
+    Cluster(cluster::ClusterCmd),
 }
 
 /// `dpledger compact`.
@@ -213,6 +216,12 @@ pub fn run(cli: Cli) -> Result<(), String> {
             (c.json, figures.map_err(|e| format!("{e:#}")))
         }
         Command::ReleaseAccuracy(c) => (c.json, c.inner.run()),
+        Command::Cluster(c) => {
+            return c
+                .run()
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|text| write_stdout(&text));
+        }
         Command::Compact(c) => {
             return c
                 .run()

@@ -112,6 +112,23 @@ pub struct ServeCmd {
     #[arg(long, default_value_t = 30, env = "DPLEDGER_STORAGE_GAUGE_SECONDS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub storage_gauge_seconds: u64,
+    /// Join a cluster of nodes sharing the PostgreSQL `--store` (docs/cluster.md):
+    /// datasets are owned by lease, writes fenced by epoch, requests for another
+    /// node's dataset forwarded. Without it, this process serves every dataset.
+    #[arg(long, env = "DPLEDGER_CLUSTER")]
+    pub cluster: bool,
+    /// This node's unique id in the cluster (required with `--cluster`).
+    #[arg(long, env = "DPLEDGER_NODE_ID")]
+    pub node_id: Option<String>,
+    /// The URL other nodes and clients reach this node at (default:
+    /// `http://` + the bound listen address).
+    #[arg(long, env = "DPLEDGER_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Lease length in milliseconds: how long a dead node's datasets wait
+    /// before another node takes them over.
+    #[arg(long, default_value_t = 10_000, env = "DPLEDGER_LEASE_TTL_MS",
+          value_parser = clap::value_parser!(u64).range(200..))]
+    pub lease_ttl_ms: u64,
 }
 
 fn parse_leeway(text: &str) -> Result<u64, String> {
@@ -240,7 +257,62 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight requests");
 }
 
+/// `url` with `-c name=value` added to its libpq `options` parameter (kept
+/// when the URL sets `name` itself).
+fn with_pg_option(url: &str, name: &str, value: u64) -> String {
+    if url.contains(name) {
+        return url.to_string();
+    }
+    let setting = format!("-c%20{name}%3D{value}");
+    match url.find("options=") {
+        Some(at) => {
+            let start = at + "options=".len();
+            let end = url[start..].find('&').map_or(url.len(), |e| start + e);
+            format!("{}%20{setting}{}", &url[..end], &url[end..])
+        }
+        None => {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            format!("{url}{sep}options={setting}")
+        }
+    }
+}
+
+/// A cluster node stops serving once it has handed every dataset over: after
+/// SIGINT/SIGTERM (which start the drain) or a drain asked through the API.
+async fn cluster_shutdown(node: Arc<crate::engine::cluster::ClusterNode>) {
+    tokio::select! {
+        _ = shutdown_signal() => node.start_draining(),
+        _ = node.wait_drained() => return,
+    }
+    tracing::info!("draining: handing every dataset over before exiting");
+    let bound = node.config.lease_ttl * 30 + std::time::Duration::from_secs(30);
+    if tokio::time::timeout(bound, node.wait_drained())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the drain did not finish in time; exiting (leases expire)");
+    }
+}
+
 impl ServeCmd {
+    /// `Some(store URL)` in cluster mode, after checking the cluster flags.
+    fn cluster_url(&self) -> anyhow::Result<Option<String>> {
+        if !self.cluster {
+            return Ok(None);
+        }
+        let url = self.store.clone().unwrap_or_default();
+        anyhow::ensure!(
+            url.starts_with("postgres://") || url.starts_with("postgresql://"),
+            "--cluster needs a PostgreSQL --store (postgres://...): the nodes coordinate through it"
+        );
+        let id = self.node_id.as_deref().unwrap_or("");
+        anyhow::ensure!(
+            !id.is_empty() && crate::engine::valid_dataset_id(id),
+            "--cluster needs --node-id: 1-64 characters of A-Z a-z 0-9 . _ -"
+        );
+        Ok(Some(url))
+    }
+
     /// Recover the ledgers and serve until SIGINT/SIGTERM.
     pub fn run(&self) -> anyhow::Result<()> {
         // Before anything large is allocated: paged-out datasets then leave
@@ -260,20 +332,61 @@ impl ServeCmd {
             None => Authorizer::hs256(&load_or_create_secret(&self.data.data_dir, true)?),
         }
         .with_leeway(self.token_leeway);
-        let store = self.data.open_store(self.store.as_deref())?;
+        let cluster_url = self.cluster_url()?;
+        // A cluster node's writer must not hold the log's locks while it is
+        // frozen (SIGSTOP, a long GC-like pause): PostgreSQL ends a session
+        // idle inside a transaction after half a lease, so that the other
+        // nodes' writes and takeovers wait at most that long.
+        let store_url = match &cluster_url {
+            Some(url) => Some(with_pg_option(
+                url,
+                "idle_in_transaction_session_timeout",
+                (self.lease_ttl_ms / 2).max(100),
+            )),
+            None => self.store.clone(),
+        };
+        let store = self.data.open_store(store_url.as_deref())?;
         let limits = Limits {
             max_body_bytes: self.max_body_bytes,
             ..Limits::default()
         };
         crate::ledger::table_cache().set_bound(self.table_cache_bytes);
         let metrics = install_metrics();
-        let state = AppState::recover(store, auth, limits, metrics.clone())
-            .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+        // Cluster mode builds its state once listening (the advertised URL
+        // defaults to the bound address); a single node recovers everything now.
+        let state = match cluster_url {
+            Some(url) => Err((url, store, auth)),
+            None => Ok(AppState::recover(store, auth, limits, metrics.clone())
+                .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?),
+        };
         let runtime = tokio::runtime::Runtime::new()?;
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind(&self.listen)
                 .await
                 .with_context(|| format!("binding {}", self.listen))?;
+            let state = match state {
+                Ok(state) => state,
+                Err((url, store, auth)) => {
+                    let bound = listener.local_addr()?;
+                    let config = crate::engine::cluster::ClusterConfig {
+                        node_id: self.node_id.clone().unwrap_or_default(),
+                        advertise: self
+                            .advertise
+                            .clone()
+                            .unwrap_or_else(|| format!("http://{bound}")),
+                        lease_ttl: std::time::Duration::from_millis(self.lease_ttl_ms),
+                    };
+                    let node = crate::engine::cluster::ClusterNode::connect(&url, config)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("refusing to start: cluster: {e:#}"))?;
+                    AppState {
+                        engine: crate::engine::Engine::for_cluster(store, node),
+                        auth,
+                        limits,
+                        metrics: metrics.clone(),
+                    }
+                }
+            };
             let metrics_listener = match &self.metrics_listen {
                 Some(address) => Some(
                     tokio::net::TcpListener::bind(address)
@@ -310,9 +423,25 @@ impl ServeCmd {
                 let state = state.clone();
                 tokio::spawn(async move { state.engine.run_snapshot_policy(policy, paging).await })
             };
+            let leases = {
+                let state = state.clone();
+                let keep = policy.keep;
+                tokio::spawn(async move { state.engine.run_cluster(keep).await })
+            };
+            let shutdown = {
+                let node = state.engine.cluster().cloned();
+                async move {
+                    match node {
+                        Some(node) => cluster_shutdown(node).await,
+                        None => shutdown_signal().await,
+                    }
+                }
+            };
             axum::serve(listener, router(state.clone()))
-                .with_graceful_shutdown(shutdown_signal())
+                .with_graceful_shutdown(shutdown)
                 .await?;
+            leases.abort();
+            let _ = leases.await;
             snapshots.abort();
             let _ = snapshots.await;
             let unfinished = state

@@ -92,6 +92,18 @@ impl Engine {
         // The entry is reserved first so two concurrent creates cannot both persist.
         let dataset = Arc::new(Dataset::new(id, ledger));
         let guard = dataset.ledger.write().await;
+        // Cluster mode: placed on this node, whose new lease is claimed first
+        // so that the creation record is fenced like every other.
+        let _creating = match &self.cluster {
+            Some(node) => {
+                let (epoch, creating) = node.claim_new(id).await?;
+                dataset
+                    .epoch
+                    .store(epoch, std::sync::atomic::Ordering::Release);
+                Some(creating)
+            }
+            None => None,
+        };
         match self.datasets.entry(id.to_string()) {
             dashmap::Entry::Occupied(_) => {
                 return Err(EngineError::conflict(format!(
@@ -129,6 +141,9 @@ impl Engine {
                     drop(guard);
                     return Ok(dataset);
                 }
+            }
+            if matches!(e, StoreError::Fenced { .. }) {
+                return Err(self.lose(&dataset));
             }
             self.datasets.remove(id);
             return Err(EngineError::store(e));

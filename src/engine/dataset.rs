@@ -71,6 +71,10 @@ pub struct Dataset {
     /// Set while a policy release that fell due during the previous one waits
     /// for it (`policy.rs`): further due releases coalesce into that one.
     pub(super) policy_deferred: AtomicBool,
+    /// The lease epoch this copy was loaded under (cluster mode; 0 outside a
+    /// cluster). Every record it persists carries it, so that the database
+    /// refuses them once another node has taken the dataset over.
+    pub(super) epoch: AtomicU64,
     /// Set while the ledger is paged out (`paging.rs`): the lock then holds a
     /// one-example placeholder, and whoever needs the ledger loads it first.
     pub(super) paged_out: AtomicBool,
@@ -139,6 +143,7 @@ impl Dataset {
             policy_in_flight: Arc::new(tokio::sync::Mutex::new(())),
             policy_deferred: AtomicBool::new(false),
             paged_out: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
             last_touch: AtomicU64::new(millis_now()),
             archive: std::sync::Mutex::new(None),
             paged_out_size: std::sync::Mutex::new((0, 0)),

@@ -80,6 +80,11 @@ pub enum EngineError {
     /// log could not be read back): retrying later helps.
     #[error("{0}")]
     Unavailable(String),
+    /// Cluster mode: this node does not own the dataset (any more, or not yet):
+    /// another node serves it, or will once its lease moves. Retrying, at the
+    /// owner, helps.
+    #[error("{0}")]
+    NotOwner(String),
     /// The engine could not do its part (a task failed, a persisted change could
     /// not be applied); nothing was acknowledged.
     #[error("{0}")]
@@ -109,7 +114,10 @@ impl EngineError {
                 "this release would bring examples too close to their individual budget \
                  (releases never retire examples): a curator can lower the policy's rho"
             }
-            EngineError::Store(_) | EngineError::Unavailable(_) | EngineError::Internal(_) => {
+            EngineError::Store(_)
+            | EngineError::Unavailable(_)
+            | EngineError::NotOwner(_)
+            | EngineError::Internal(_) => {
                 "the server could not record this release; the policy tries again at its next step"
             }
             _ => "the policy's release was refused; a curator of the dataset can read why",

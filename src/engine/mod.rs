@@ -32,6 +32,7 @@
 //! | `allocator.rs` | freed memory goes back to the operating system (glibc's mmap threshold, trim) |
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
+//! | `cluster/` | cluster mode: leases, serving deadline, takeover, drain (`docs/cluster.md`) |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
@@ -42,6 +43,7 @@ mod archive;
 mod background;
 mod book;
 mod bounds;
+pub mod cluster;
 mod commands;
 mod compact;
 mod data_dependent;
@@ -70,7 +72,7 @@ pub use snapshots::SnapshotPolicy;
 pub use storage::{DatasetStorageReport, SnapshotReport, StorageReport, TableCacheReport};
 
 use crate::ledger::Ledger;
-use crate::store::{append_async, Record, RecordKind, Store, StoreError};
+use crate::store::{append_async, append_fenced_async, Record, RecordKind, Store, StoreError};
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,6 +84,8 @@ use std::time::Instant;
 pub struct Engine {
     datasets: Arc<DashMap<String, Arc<Dataset>>>,
     store: Arc<dyn Store>,
+    /// Cluster mode: this node's identity, leases and coordination connection.
+    cluster: Option<Arc<cluster::ClusterNode>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -96,6 +100,14 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// The dataset, or [`EngineError::NotFound`].
     pub fn dataset(&self, id: &str) -> EngineResult<Arc<Dataset>> {
+        if let Some(node) = &self.cluster {
+            if !node.leases_valid() {
+                return Err(cluster::not_owner(id));
+            }
+            if !self.datasets.contains_key(id) {
+                return Err(cluster::not_owner(id));
+            }
+        }
         self.datasets
             .get(id)
             .map(|d| d.clone())
@@ -153,6 +165,9 @@ impl Engine {
             .get(&ds.id)
             .is_some_and(|d| Arc::ptr_eq(&d, ds));
         if !registered {
+            if self.cluster.is_some() {
+                return Err(cluster::not_owner(&ds.id));
+            }
             return Err(EngineError::NotFound(format!("no dataset {:?}", ds.id)));
         }
         if ds.is_archived() {
@@ -179,7 +194,15 @@ impl Engine {
             .filter(|r| dataset::is_book_record(r.kind))
             .map(|r| (r.kind, r.payload.clone()))
             .collect();
-        let seqs = append_async(&self.store, records).await?;
+        let seqs = match (
+            &self.cluster,
+            ds.epoch.load(std::sync::atomic::Ordering::Acquire),
+        ) {
+            (None, _) => append_async(&self.store, records).await?,
+            // A cluster node writes only under a lease (epoch >= 1); epoch 0
+            // is sent as such and refused by the database (fail closed).
+            (Some(_), epoch) => append_fenced_async(&self.store, records, epoch).await?,
+        };
         let book: Vec<(RecordKind, &[u8])> = kinds.iter().map(|(k, p)| (*k, &p[..])).collect();
         ds.note_records(&seqs, &book);
         metrics::histogram!("dpledger_store_commit_seconds")
@@ -194,6 +217,9 @@ impl Engine {
         self.persist(ds, records).await.map_err(|e| {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
                 ds.mark_stale();
+            }
+            if matches!(e, StoreError::Fenced { .. }) {
+                return self.lose(ds);
             }
             EngineError::store(e)
         })

@@ -95,6 +95,7 @@ impl Engine {
         Ok(Self {
             datasets: Arc::new(datasets),
             store,
+            cluster: None,
         })
     }
 
@@ -119,7 +120,7 @@ impl Engine {
 
     /// Rebuild one dataset from the store. Runs on a blocking thread; the
     /// caller holds the dataset's write lock.
-    async fn reload(&self, id: &str) -> EngineResult<Arc<Dataset>> {
+    pub(super) async fn reload(&self, id: &str) -> EngineResult<Arc<Dataset>> {
         let store = self.store.clone();
         let id = id.to_string();
         let rebuilt =

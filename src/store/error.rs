@@ -98,6 +98,19 @@ pub enum StoreError {
         /// Why it is closed.
         detail: String,
     },
+    /// The write was fenced (cluster mode): the writer's lease epoch for this
+    /// dataset is no longer the current one (another node took the dataset over),
+    /// so the database refused every record of the call. Nothing was written; the
+    /// writer must stop serving the dataset.
+    #[error("store {store}: the write to dataset {dataset:?} was fenced: {detail}")]
+    Fenced {
+        /// The store (redacted URL).
+        store: String,
+        /// The dataset whose lease moved.
+        dataset: String,
+        /// The database's explanation (the epochs).
+        detail: String,
+    },
     /// For [`Store::load`](super::Store::load) visitors: the application refused
     /// a record while replaying it, which means the log and the code disagree.
     #[error("replaying record seq {seq} failed: {detail}")]

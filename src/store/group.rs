@@ -106,10 +106,23 @@ impl GroupWriter {
 
     /// Validates `records`, queues them and waits for the group commit.
     pub fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError> {
+        self.append_with_epoch(records, None)
+    }
+
+    /// [`GroupWriter::append`] with every record carrying the writer's lease
+    /// `epoch` (cluster mode: the database fences a stale one).
+    pub fn append_with_epoch(
+        &self,
+        records: Vec<Record>,
+        epoch: Option<u64>,
+    ) -> Result<Vec<u64>, StoreError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        let batch = prepare(records)?;
+        let mut batch = prepare(records)?;
+        for p in &mut batch {
+            p.epoch = epoch;
+        }
         let bytes = batch
             .iter()
             .map(|p| p.record.payload.len() + p.record.dataset.len())

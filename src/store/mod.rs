@@ -72,6 +72,7 @@
 //! * Every other error means nothing of the call was written.
 
 pub mod archive;
+pub mod cluster;
 pub mod codec;
 mod error;
 mod group;
@@ -197,6 +198,20 @@ pub trait Store: Send + Sync {
     /// through [`append_async`] from async code. An empty `records` returns `Ok`
     /// with no sequence numbers and touches nothing.
     fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError>;
+
+    /// [`Store::append`] fenced by a lease epoch (cluster mode, see [`cluster`]):
+    /// in the same transaction, the database checks that `epoch` is still the
+    /// current lease epoch of every record's dataset, and refuses the whole call
+    /// with [`StoreError::Fenced`] otherwise. Only PostgreSQL coordinates a
+    /// cluster; other backends refuse (fail closed).
+    fn append_fenced(&self, records: Vec<Record>, epoch: u64) -> Result<Vec<u64>, StoreError> {
+        let _ = (records, epoch);
+        Err(StoreError::Backend {
+            store: self.describe(),
+            detail: "this store cannot fence writes by lease epoch (cluster mode needs PostgreSQL)"
+                .into(),
+        })
+    }
 
     /// Streams every record to `visit` in sequence order, verifying checksums and
     /// contiguity as it goes. Records are read on a helper thread while `visit`
@@ -368,6 +383,22 @@ pub async fn append_async(
 ) -> Result<Vec<u64>, StoreError> {
     let worker = Arc::clone(store);
     match tokio::task::spawn_blocking(move || worker.append(records)).await {
+        Ok(result) => result,
+        Err(join) => Err(StoreError::OutcomeUnknown {
+            store: store.describe(),
+            detail: format!("the blocking append task did not complete: {join}"),
+        }),
+    }
+}
+
+/// [`Store::append_fenced`] for async code (see [`append_async`]).
+pub async fn append_fenced_async(
+    store: &Arc<dyn Store>,
+    records: Vec<Record>,
+    epoch: u64,
+) -> Result<Vec<u64>, StoreError> {
+    let worker = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || worker.append_fenced(records, epoch)).await {
         Ok(result) => result,
         Err(join) => Err(StoreError::OutcomeUnknown {
             store: store.describe(),

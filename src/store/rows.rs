@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 pub(crate) struct Prepared {
     pub record: Record,
     pub crc: u32,
+    /// The writer's lease epoch for the record's dataset (cluster mode, see
+    /// `store::cluster`); `None` outside a cluster.
+    pub epoch: Option<u64>,
 }
 
 impl Prepared {
@@ -82,7 +85,11 @@ pub(crate) fn prepare(records: Vec<Record>) -> Result<Vec<Prepared>, StoreError>
             )));
         }
         let crc = record_checksum(&record);
-        out.push(Prepared { record, crc });
+        out.push(Prepared {
+            record,
+            crc,
+            epoch: None,
+        });
     }
     Ok(out)
 }

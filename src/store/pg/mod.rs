@@ -35,6 +35,7 @@ use super::{
 };
 
 mod archive;
+pub(crate) mod cluster;
 mod schema;
 mod snapshots;
 mod writer;
@@ -161,6 +162,10 @@ fn password_in_url(url: &str) -> Option<String> {
 impl Store for PgStore {
     fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError> {
         self.writer.append(records)
+    }
+
+    fn append_fenced(&self, records: Vec<Record>, epoch: u64) -> Result<Vec<u64>, StoreError> {
+        self.writer.append_with_epoch(records, Some(epoch))
     }
 
     fn describe(&self) -> String {

@@ -74,6 +74,7 @@ const UPGRADE_SQL: &str = "
     );
     CREATE INDEX IF NOT EXISTS dpledger_events_dataset ON dpledger_events (dataset, seq);
     CREATE INDEX IF NOT EXISTS dpledger_events_created ON dpledger_events (seq) WHERE kind = 1;
+    ALTER TABLE dpledger_events ADD COLUMN IF NOT EXISTS epoch BIGINT;
     UPDATE dpledger_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
 ";
 

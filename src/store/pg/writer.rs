@@ -18,9 +18,9 @@ use crate::store::{Prepared, StoreError};
 /// group commit) unless the URL sets `lock_timeout`.
 const WRITER_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 const INSERT_SQL: &str =
-    "INSERT INTO dpledger_events (seq, dataset, kind, step, part, payload, crc) \
+    "INSERT INTO dpledger_events (seq, dataset, kind, step, part, payload, crc, epoch) \
      SELECT * FROM unnest($1::int8[], $2::text[], $3::int2[], $4::int8[], $5::int8[], \
-     $6::bytea[], $7::int8[])";
+     $6::bytea[], $7::int8[], $8::int8[])";
 const LOCK_LAST_SEQ_SQL: &str = "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR UPDATE";
 const FIND_STEP_SQL: &str = "SELECT 1 FROM dpledger_events \
      WHERE kind = 2 AND dataset = $1 AND step = $2 AND COALESCE(part, 0) = $3";
@@ -226,9 +226,12 @@ fn insert_rows(
     let parts: Vec<Option<i64>> = rows.iter().map(|p| p.part_i64()).collect();
     let payloads: Vec<&[u8]> = rows.iter().map(|p| p.record.payload.as_slice()).collect();
     let crcs: Vec<i64> = rows.iter().map(|p| i64::from(p.crc)).collect();
+    let epochs: Vec<Option<i64>> = rows.iter().map(|p| p.epoch.map(|e| e as i64)).collect();
     tx.execute(
         insert,
-        &[&seqs, &datasets, &kinds, &steps, &parts, &payloads, &crcs],
+        &[
+            &seqs, &datasets, &kinds, &steps, &parts, &payloads, &crcs, &epochs,
+        ],
     )?;
     Ok(())
 }
@@ -247,6 +250,16 @@ fn classify_insert_error(
     let Some(db) = e.as_db_error() else {
         return Ok(ctx.backend("insert failed", e));
     };
+    if db.code().code() == super::cluster::FENCED_SQLSTATE {
+        return Ok(StoreError::Fenced {
+            store: ctx.store.to_string(),
+            dataset: batch
+                .first()
+                .map(|p| p.record.dataset.clone())
+                .unwrap_or_default(),
+            detail: db.message().to_string(),
+        });
+    }
     if *db.code() != SqlState::UNIQUE_VIOLATION {
         return Ok(ctx.backend("insert failed", e));
     }

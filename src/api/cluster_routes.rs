@@ -1,0 +1,324 @@
+//! Cluster mode over HTTP (issue 23, `docs/cluster.md`): the cluster map
+//! (`GET /v1/cluster`), draining a node, and routing: a request for a dataset
+//! this node does not serve is forwarded to the owner (body streamed, bounded
+//! timeout, `Authorization` passed through: the owner authorises it), or
+//! refused with the retryable `503 not-owner` and `Retry-After`.
+
+use super::auth::Access;
+use super::extract::{ApiPath, Auth};
+use super::problem::{ApiResult, OwnerRef, Problem};
+use super::state::AppState;
+use crate::engine::cluster::memory_free;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderName, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use utoipa::ToSchema;
+
+type S = State<Arc<AppState>>;
+
+/// Marks a forwarded request: the receiving node answers it itself or
+/// refuses it, never forwards it again (no loops while leases move).
+const FORWARDED: &str = "x-dpledger-forwarded-by";
+/// Bound on a forwarded request, body and answer included.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One node of the cluster map.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterNodeView {
+    /// Its id (`local` in single-node mode).
+    pub node_id: String,
+    /// Its advertised base URL (`null` in single-node mode).
+    pub advertise: Option<String>,
+    /// Its heartbeat is younger than the lease TTL.
+    pub alive: bool,
+    /// It is handing its datasets over.
+    pub draining: bool,
+    /// Milliseconds since its heartbeat, by the database's clock.
+    pub heartbeat_age_ms: u64,
+    /// Memory it reports free, in bytes.
+    pub memory_free_bytes: Option<u64>,
+    /// Datasets whose live lease it holds.
+    pub datasets_owned: u64,
+}
+
+/// One dataset of the cluster map.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterDatasetView {
+    /// The dataset.
+    pub dataset: String,
+    /// The node holding its live lease (`null`: none now, the lease is moving).
+    pub owner: Option<String>,
+    /// The owner's base URL: send the dataset's requests there.
+    pub advertise: Option<String>,
+    /// The lease's epoch (bumped at every takeover).
+    pub epoch: u64,
+    /// Milliseconds until the lease expires unless renewed (0: expired).
+    pub lease_expires_in_ms: u64,
+}
+
+/// The cluster map (`GET /v1/cluster`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterView {
+    /// `cluster` or `single`.
+    pub mode: String,
+    /// The answering node.
+    pub node_id: String,
+    /// The lease TTL (`null` in single-node mode).
+    pub lease_ttl_ms: Option<u64>,
+    /// Every node (every caller sees them: clients need the URLs).
+    pub nodes: Vec<ClusterNodeView>,
+    /// The datasets the caller holds a role on (admin: all), with owners.
+    pub datasets: Vec<ClusterDatasetView>,
+}
+
+/// What a drain request started.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DrainAnswer {
+    /// The node asked to drain.
+    pub node_id: String,
+    /// Always true: it hands its datasets over one by one, then exits.
+    pub draining: bool,
+}
+
+/// The cluster map: nodes, their liveness, and which node owns which dataset
+/// at which epoch. Clients send a dataset's requests to its owner.
+#[utoipa::path(get, path = "/v1/cluster", tag = "operations",
+    responses((status = 200, body = ClusterView), (status = 401, body = Problem),
+              (status = 503, body = Problem)), security(("bearer" = [])))]
+async fn cluster_view(State(state): S, Auth(claims): Auth) -> ApiResult<Json<ClusterView>> {
+    let Some(node) = state.engine.cluster() else {
+        return Ok(Json(ClusterView {
+            mode: "single".into(),
+            node_id: "local".into(),
+            lease_ttl_ms: None,
+            nodes: vec![ClusterNodeView {
+                node_id: "local".into(),
+                advertise: None,
+                alive: true,
+                draining: false,
+                heartbeat_age_ms: 0,
+                memory_free_bytes: memory_free(),
+                datasets_owned: state.engine.dataset_ids().len() as u64,
+            }],
+            datasets: Vec::new(),
+        }));
+    };
+    let ttl = node.config.lease_ttl.as_millis() as u64;
+    let (nodes, leases) = node.view().await?;
+    let live = |l: &crate::store::cluster::LeaseRow| l.owner.is_some() && l.expires_in_ms > 0;
+    let nodes = nodes
+        .into_iter()
+        .map(|n| ClusterNodeView {
+            datasets_owned: leases
+                .iter()
+                .filter(|l| live(l) && l.owner.as_deref() == Some(n.node_id.as_str()))
+                .count() as u64,
+            alive: (n.heartbeat_age_ms.max(0) as u64) < ttl,
+            heartbeat_age_ms: n.heartbeat_age_ms.max(0) as u64,
+            memory_free_bytes: n.memory_free.map(|m| m.max(0) as u64),
+            draining: n.draining,
+            advertise: Some(n.advertise),
+            node_id: n.node_id,
+        })
+        .collect();
+    let datasets = leases
+        .iter()
+        .filter(|l| claims.sees_dataset(&l.dataset))
+        .map(|l| ClusterDatasetView {
+            dataset: l.dataset.clone(),
+            owner: l.owner.clone().filter(|_| live(l)),
+            advertise: l.advertise.clone().filter(|_| live(l)),
+            epoch: l.epoch,
+            lease_expires_in_ms: l.expires_in_ms.max(0) as u64,
+        })
+        .collect();
+    Ok(Json(ClusterView {
+        mode: "cluster".into(),
+        node_id: node.config.node_id.clone(),
+        lease_ttl_ms: Some(ttl),
+        nodes,
+        datasets,
+    }))
+}
+
+/// Ask a node to hand its datasets over one by one (each is snapshotted, its
+/// lease released and taken by another node) and exit when it holds none:
+/// `dpledger cluster drain NODE`, for rolling upgrades.
+#[utoipa::path(post, path = "/v1/cluster/nodes/{node}/drain", tag = "operations",
+    params(("node" = String, Path)),
+    responses((status = 202, body = DrainAnswer), (status = 401, body = Problem), (status = 403, body = Problem),
+              (status = 404, body = Problem), (status = 409, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
+async fn drain(
+    State(state): S,
+    Auth(claims): Auth,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<(StatusCode, Json<DrainAnswer>)> {
+    claims.authorize(Access::Admin)?;
+    let Some(node) = state.engine.cluster() else {
+        return Err(Problem::conflict(
+            "this server is not in cluster mode (serve --cluster): there is nothing to drain",
+        ));
+    };
+    if !node.request_drain(&id).await? {
+        return Err(Problem::not_found(format!("no cluster node {id:?}")));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(DrainAnswer {
+            node_id: id,
+            draining: true,
+        }),
+    ))
+}
+
+/// The cluster routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/cluster", get(cluster_view))
+        .route("/v1/cluster/nodes/{node}/drain", post(drain))
+}
+
+/// The cluster endpoints' part of the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(cluster_view, drain))]
+pub struct ClusterApi;
+
+/// The dataset a request's path names (`/v1/datasets/{dataset}[/...]`).
+fn dataset_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/datasets/")?;
+    let id = rest.split('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// Routing middleware (cluster mode only): a dataset's request goes to the
+/// handler when this node serves the dataset, else to its owner; see the
+/// module documentation.
+pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Response {
+    let Some(node) = state.engine.cluster().cloned() else {
+        return next.run(request).await;
+    };
+    let Some(id) = dataset_of(request.uri().path()).map(str::to_string) else {
+        return next.run(request).await;
+    };
+    if state.engine.serves(&id) {
+        return next.run(request).await;
+    }
+    let lease = node.lease_of(&id).await;
+    let Some(lease) = lease else {
+        // No lease: no such dataset anywhere. The handler authorises first
+        // (a caller without a role learns nothing), then its refusal becomes 404.
+        let response = next.run(request).await;
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE && is_not_owner(&response) {
+            return Problem::not_found(format!("no dataset {id:?}")).into_response();
+        }
+        return response;
+    };
+    let owner = match (&lease.owner, &lease.advertise) {
+        (Some(o), Some(a)) if lease.expires_in_ms > 0 && *o != node.config.node_id => {
+            Some(OwnerRef {
+                node_id: o.clone(),
+                advertise: a.clone(),
+            })
+        }
+        _ => None,
+    };
+    let refuse = |owner: Option<OwnerRef>, why: &str| {
+        Problem::not_owner(
+            format!("this node does not serve dataset {id:?} now ({why}): retry"),
+            owner,
+        )
+        .into_response()
+    };
+    match owner {
+        None => refuse(None, "its lease is moving"),
+        Some(owner) if request.headers().contains_key(FORWARDED) => {
+            refuse(Some(owner), "the request was already forwarded once")
+        }
+        Some(owner) => match forward(request, &owner, &node.config.node_id).await {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::warn!(dataset = id, owner = owner.node_id, error = %e, "forwarding failed");
+                refuse(Some(owner), "its owner could not be reached")
+            }
+        },
+    }
+}
+
+fn is_not_owner(response: &Response) -> bool {
+    response.headers().get(header::RETRY_AFTER).is_some()
+        && response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(super::problem::PROBLEM_JSON))
+}
+
+fn client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(FORWARD_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+/// Headers that belong to one connection, not to the request.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "te"
+            | "upgrade"
+            | "proxy-connection"
+            | "trailer"
+    )
+}
+
+/// Sends `request` to `owner` and streams its answer back.
+async fn forward(request: Request, owner: &OwnerRef, me: &str) -> Result<Response, reqwest::Error> {
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let url = format!("{}{path}", owner.advertise.trim_end_matches('/'));
+    let mut outgoing = client()
+        .request(parts.method.clone(), url)
+        .body(reqwest::Body::wrap_stream(body.into_data_stream()));
+    for (name, value) in parts.headers.iter() {
+        if !hop_by_hop(name) {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    outgoing = outgoing.header(FORWARDED, me);
+    let answer = outgoing.send().await?;
+    metrics::counter!("dpledger_cluster_forwarded_total").increment(1);
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !hop_by_hop(name) {
+            response = response.header(name, value);
+        }
+    }
+    Ok(response
+        .body(Body::from_stream(answer.bytes_stream()))
+        .unwrap_or_else(|_| {
+            Problem::internal(StatusCode::BAD_GATEWAY, "the owner's answer was malformed")
+                .into_response()
+        }))
+}

@@ -1,0 +1,167 @@
+//! The lease loop of a cluster node. Every quarter TTL it
+//!
+//! 1. writes its heartbeat (and free memory), learning whether it was asked to
+//!    drain;
+//! 2. renews every lease it holds in one statement; the renewal that succeeds
+//!    moves the node's local serving deadline to *send time + TTL − margin*, and
+//!    a dataset in memory whose lease did not come back is dropped; when renewals
+//!    fail until the deadline passes, the node stops serving everything (it
+//!    cannot know whether its leases still hold);
+//! 3. takes expired leases (a dead owner's, or released ones) and loads those
+//!    datasets, unless it is draining; a lease it holds but has not loaded (a
+//!    failed load) is released with its epoch, to be taken again cleanly;
+//! 4. when draining, hands its datasets over one by one, and says when none is
+//!    left.
+
+use super::{memory_free, ClusterNode};
+use crate::engine::Engine;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Leases taken per round, so that a node starting among live ones, or the
+/// survivors of a death, share the datasets instead of one taking all.
+const TAKE_PER_ROUND: i64 = 4;
+
+impl Engine {
+    /// Runs the lease loop until the task is dropped (a no-op in single-node
+    /// mode). `keep`: snapshots kept per dataset (for handovers).
+    pub async fn run_cluster(&self, keep: usize) {
+        let Some(node) = self.cluster.clone() else {
+            return;
+        };
+        let round = node.config.lease_ttl / 4;
+        let mut tick = tokio::time::interval(round);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.cluster_round(&node, keep).await;
+        }
+    }
+
+    async fn cluster_round(&self, node: &Arc<ClusterNode>, keep: usize) {
+        let me = node.config.node_id.as_str();
+        let ttl = node.config.lease_ttl;
+        match node
+            .db
+            .heartbeat(me, &node.config.advertise, memory_free())
+            .await
+        {
+            Ok(true) if !node.is_draining() => {
+                tracing::info!("asked to drain: handing every dataset over");
+                node.start_draining();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+        let sent = Instant::now();
+        match node.db.renew(me, ttl).await {
+            Ok(held) => {
+                let margin = ttl / 4;
+                *node.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(sent + ttl - margin);
+                self.reconcile(node, held).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing the leases failed");
+                if !node.leases_valid() {
+                    self.drop_all("the leases could not be renewed in time");
+                }
+            }
+        }
+        if !node.leases_valid() {
+            return;
+        }
+        if node.is_draining() {
+            let next = self.datasets.iter().map(|e| e.key().clone()).next();
+            match next {
+                Some(id) => self.hand_over(&id, keep).await,
+                None => node.drained.notify_waiters(),
+            }
+        } else {
+            match node.db.acquire_expired(me, ttl, TAKE_PER_ROUND).await {
+                Ok(taken) => {
+                    for (id, epoch) in taken {
+                        self.spawn_adopt(node, id, epoch);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "taking expired leases failed"),
+            }
+        }
+        if let Ok(leases) = node.db.leases().await {
+            node.remember_leases(leases);
+        }
+        metrics::gauge!("dpledger_cluster_datasets_owned").set(self.datasets.len() as f64);
+    }
+
+    /// Drops from memory every dataset whose lease (at its epoch) did not come
+    /// back from the renewal, and releases leases held but not loaded.
+    async fn reconcile(&self, node: &Arc<ClusterNode>, held: Vec<(String, u64)>) {
+        let held: HashMap<String, u64> = held.into_iter().collect();
+        // A dataset being created holds a lease the renewal may have missed
+        // (claimed while it ran): it is left alone until the next round.
+        let creating = node
+            .adopting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let lost: Vec<String> = self
+            .datasets
+            .iter()
+            .filter(|e| !creating.contains(e.key()))
+            .filter(|e| held.get(e.key()) != Some(&e.value().epoch.load(Ordering::Acquire)))
+            .map(|e| e.key().clone())
+            .collect();
+        for id in lost {
+            if let Some(ds) = self.datasets.get(&id).map(|d| d.clone()) {
+                let _ = self.lose(&ds);
+            }
+        }
+        let orphans: Vec<(String, u64)> = {
+            let adopting = node.adopting.lock().unwrap_or_else(|e| e.into_inner());
+            held.into_iter()
+                .filter(|(id, _)| !self.datasets.contains_key(id) && !adopting.contains(id))
+                .collect()
+        };
+        for (id, epoch) in orphans {
+            if node
+                .db
+                .release(&id, &node.config.node_id, epoch)
+                .await
+                .is_ok()
+            {
+                tracing::info!(dataset = id, epoch, "released a lease held but not loaded");
+            }
+        }
+    }
+
+    fn drop_all(&self, why: &str) {
+        let all: Vec<_> = self.datasets.iter().map(|e| e.value().clone()).collect();
+        if !all.is_empty() {
+            tracing::warn!(datasets = all.len(), why, "no longer serving any dataset");
+        }
+        for ds in all {
+            let _ = self.lose(&ds);
+        }
+    }
+
+    fn spawn_adopt(&self, node: &Arc<ClusterNode>, id: String, epoch: u64) {
+        node.adopting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone());
+        let engine = self.clone();
+        let node = node.clone();
+        tokio::spawn(async move {
+            if let Err(e) = engine.adopt(&id, epoch).await {
+                tracing::error!(dataset = id, error = %e, "loading a taken dataset failed; releasing its lease");
+                let _ = node.db.release(&id, &node.config.node_id, epoch).await;
+            }
+            node.adopting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        });
+    }
+}

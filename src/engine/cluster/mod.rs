@@ -1,0 +1,311 @@
+//! Cluster mode (issue 23): this node's identity and leases, and how datasets
+//! come and go from its memory. PostgreSQL is the coordinator (`store::cluster`):
+//! each dataset has one lease with an epoch; this node serves a dataset only
+//! while it holds the lease, loads it (snapshot + log) when it takes the lease,
+//! and drops it from memory when it loses it. Every write carries the epoch the
+//! dataset was loaded under, and the database refuses a stale one, so a node
+//! that lost a lease without noticing (paused, partitioned) cannot change the
+//! log; see `docs/cluster.md` for the whole argument.
+//!
+//! | file | its one job |
+//! |---|---|
+//! | `mod.rs` | [`ClusterNode`]: identity, lease validity, adopting and losing datasets, the cluster view |
+//! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain |
+
+mod leases;
+
+use super::error::{EngineError, EngineResult};
+use super::{Dataset, Engine};
+use crate::store::cluster::{ClusterDb, LeaseRow, NodeRow};
+use crate::store::Store;
+use dashmap::DashMap;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How this node takes part in a cluster (`dpledger serve --cluster`).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Unique id of this node (one process per id at a time).
+    pub node_id: String,
+    /// The URL other nodes forward requests to and clients are told about.
+    pub advertise: String,
+    /// How long a lease lasts without renewal.
+    pub lease_ttl: Duration,
+}
+
+/// This node's part of the cluster; see the module documentation.
+#[derive(Debug)]
+pub struct ClusterNode {
+    /// Identity and lease length.
+    pub config: ClusterConfig,
+    db: ClusterDb,
+    /// Until when (by this process's monotonic clock) every lease this node
+    /// renewed is certainly still valid in the database: the instant the last
+    /// successful renewal was *sent*, plus the TTL, minus a safety margin.
+    valid_until: Mutex<Option<Instant>>,
+    /// Set when this node hands its datasets over (drain, SIGTERM).
+    draining: AtomicBool,
+    /// Datasets whose leases this node took and is loading.
+    adopting: Mutex<HashSet<String>>,
+    /// The leases as last read and when, for routing (refreshed by the lease
+    /// loop every quarter TTL).
+    leases: Mutex<(Option<Instant>, Vec<LeaseRow>)>,
+    /// Signalled when a draining node holds no dataset any more.
+    drained: tokio::sync::Notify,
+}
+
+/// The refusal of a request for a dataset this node does not serve.
+pub(crate) fn not_owner(id: &str) -> EngineError {
+    EngineError::NotOwner(format!(
+        "this node does not serve dataset {id:?} right now (its lease is elsewhere or moving): \
+         retry, at the owner named in the cluster map (GET /v1/cluster)"
+    ))
+}
+
+impl ClusterNode {
+    /// Connects the coordination tables (`store_url` is the store's PostgreSQL
+    /// URL) and gives up every lease a previous process with this node id held:
+    /// they are taken again with a new epoch, so that nothing that process may
+    /// still have in flight can land after this one loads.
+    pub async fn connect(store_url: &str, config: ClusterConfig) -> anyhow::Result<ClusterNode> {
+        anyhow::ensure!(
+            config.lease_ttl >= Duration::from_millis(200),
+            "--lease-ttl-ms must be at least 200"
+        );
+        let db = ClusterDb::connect(store_url, statement_timeout(config.lease_ttl)).await?;
+        db.heartbeat(&config.node_id, &config.advertise, memory_free())
+            .await?;
+        db.set_draining(&config.node_id, false).await?;
+        let sent = Instant::now();
+        for (dataset, epoch) in db.renew(&config.node_id, config.lease_ttl).await? {
+            db.release(&dataset, &config.node_id, epoch).await?;
+        }
+        // The database answered: this node may create datasets at once.
+        let valid_until = sent + config.lease_ttl - config.lease_ttl / 4;
+        Ok(ClusterNode {
+            config,
+            db,
+            valid_until: Mutex::new(Some(valid_until)),
+            draining: AtomicBool::new(false),
+            adopting: Mutex::new(HashSet::new()),
+            leases: Mutex::new((None, Vec::new())),
+            drained: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Whether this node's leases are certainly still valid (a paused or
+    /// partitioned node stops serving before its leases can expire).
+    pub fn leases_valid(&self) -> bool {
+        let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Whether this node is handing its datasets over.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Starts handing every dataset over (the lease loop does it, one by one).
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Waits until a draining node holds no dataset.
+    pub async fn wait_drained(&self) {
+        self.drained.notified().await
+    }
+
+    /// The lease of a dataset being created here, at epoch 1 (placement: the
+    /// node that receives the creation; see `docs/cluster.md`).
+    /// While the returned guard lives, the lease loop leaves the new lease
+    /// alone (it is held but the dataset is not registered yet).
+    pub(super) async fn claim_new(self: &Arc<Self>, id: &str) -> EngineResult<(u64, Creating)> {
+        if self.is_draining() || !self.leases_valid() {
+            return Err(not_owner(id));
+        }
+        self.adopting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string());
+        let guard = Creating {
+            node: self.clone(),
+            id: id.to_string(),
+        };
+        match self
+            .db
+            .claim_new(id, &self.config.node_id, self.config.lease_ttl)
+            .await
+        {
+            Ok(Some(epoch)) => Ok((epoch, guard)),
+            Ok(None) => Err(EngineError::conflict(format!(
+                "dataset {id:?} already exists"
+            ))),
+            Err(e) => Err(EngineError::store(e)),
+        }
+    }
+
+    /// The lease of `id` as last read (refreshed from the database when it is
+    /// not known or expired), for routing.
+    pub async fn lease_of(&self, id: &str) -> Option<LeaseRow> {
+        let cached = {
+            let cache = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+            let age = cache.0.map(|at| at.elapsed().as_millis() as i64);
+            cache.1.iter().find(|l| l.dataset == id).cloned().zip(age)
+        };
+        // A cached lease of another node that is still live (its expiry read
+        // minus the cache's age) routes without a round trip to the database.
+        if let Some((lease, age)) = cached {
+            let theirs = lease
+                .owner
+                .as_deref()
+                .is_some_and(|o| o != self.config.node_id);
+            if theirs && lease.expires_in_ms > age {
+                return Some(lease);
+            }
+        }
+        let fresh = self.db.leases().await.ok()?;
+        let found = fresh.iter().find(|l| l.dataset == id).cloned();
+        self.remember_leases(fresh);
+        found
+    }
+
+    pub(super) fn remember_leases(&self, leases: Vec<LeaseRow>) {
+        *self.leases.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), leases);
+    }
+
+    /// Every node and every lease, from the database.
+    pub async fn view(&self) -> EngineResult<(Vec<NodeRow>, Vec<LeaseRow>)> {
+        let nodes = self.db.nodes().await.map_err(EngineError::store)?;
+        let leases = self.db.leases().await.map_err(EngineError::store)?;
+        Ok((nodes, leases))
+    }
+
+    /// Asks node `id` to drain (it sees the flag at its next heartbeat);
+    /// `false` when no such node is registered.
+    pub async fn request_drain(&self, id: &str) -> EngineResult<bool> {
+        if id == self.config.node_id {
+            self.start_draining();
+        }
+        self.db
+            .set_draining(id, true)
+            .await
+            .map_err(EngineError::store)
+    }
+}
+
+/// A dataset being created on this node (see [`ClusterNode::claim_new`]).
+pub(super) struct Creating {
+    node: Arc<ClusterNode>,
+    id: String,
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        self.node
+            .adopting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Bound on every coordination statement: a third of the TTL, so that a slow
+/// database shows up as a failed renewal well before the lease runs out.
+fn statement_timeout(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(100))
+}
+
+/// Memory available to new datasets (Linux `MemAvailable`), for placement and
+/// the cluster view; `None` where it cannot be read.
+pub fn memory_free() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+impl Engine {
+    /// An engine for a cluster node: it starts with no dataset in memory and
+    /// serves those whose leases its lease loop ([`Engine::run_cluster`]) takes.
+    pub fn for_cluster(store: Arc<dyn Store>, node: ClusterNode) -> Engine {
+        Engine {
+            datasets: Arc::new(DashMap::new()),
+            store,
+            cluster: Some(Arc::new(node)),
+        }
+    }
+
+    /// This node's cluster part (`None`: single-node mode).
+    pub fn cluster(&self) -> Option<&Arc<ClusterNode>> {
+        self.cluster.as_ref()
+    }
+
+    /// Whether this node serves dataset `id` now: always in single-node mode
+    /// (a missing dataset is then a 404 of the handler); in a cluster, only
+    /// while it holds the dataset's lease.
+    pub fn serves(&self, id: &str) -> bool {
+        match &self.cluster {
+            None => true,
+            Some(node) => node.leases_valid() && self.datasets.contains_key(id),
+        }
+    }
+
+    /// Drops `ds` from memory because its lease moved (a write was fenced, a
+    /// renewal did not return it), answering the refusal for the request.
+    pub(super) fn lose(&self, ds: &Dataset) -> EngineError {
+        let removed = self
+            .datasets
+            .remove_if(&ds.id, |_, d| std::ptr::eq(Arc::as_ptr(d), ds));
+        if removed.is_some() {
+            tracing::warn!(
+                dataset = ds.id,
+                "lost the dataset's lease: no longer serving it"
+            );
+            metrics::counter!("dpledger_cluster_leases_lost_total").increment(1);
+        }
+        not_owner(&ds.id)
+    }
+
+    /// Loads dataset `id` (newest snapshot + its log after it) under lease
+    /// `epoch` and starts serving it.
+    async fn adopt(&self, id: &str, epoch: u64) -> EngineResult<()> {
+        let started = Instant::now();
+        let ds = self.reload(id).await?;
+        ds.epoch.store(epoch, Ordering::Release);
+        self.datasets.insert(id.to_string(), ds);
+        metrics::counter!("dpledger_cluster_leases_taken_total").increment(1);
+        tracing::info!(
+            dataset = id,
+            epoch,
+            seconds = started.elapsed().as_secs_f64(),
+            "took the dataset's lease and loaded it"
+        );
+        Ok(())
+    }
+
+    /// Hands dataset `id` over (drain): snapshot it so the next owner loads
+    /// fast, stop serving it under its write lock (in-flight changes finish
+    /// first), then release the lease for another node to take.
+    async fn hand_over(&self, id: &str, keep: usize) {
+        let Some(node) = self.cluster.clone() else {
+            return;
+        };
+        if let Err(e) = self.snapshot(id, keep).await {
+            tracing::warn!(dataset = id, error = %e, "snapshot before handover failed");
+        }
+        let Some(ds) = self.datasets.get(id).map(|d| d.clone()) else {
+            return;
+        };
+        let guard = ds.ledger.write().await;
+        self.datasets.remove_if(id, |_, d| Arc::ptr_eq(d, &ds));
+        let epoch = ds.epoch.load(Ordering::Acquire);
+        match node.db.release(id, &node.config.node_id, epoch).await {
+            Ok(_) => tracing::info!(dataset = id, epoch, "handed the dataset over"),
+            Err(e) => tracing::warn!(dataset = id, error = %e,
+                "releasing the lease failed: it moves when it expires"),
+        }
+        drop(guard);
+    }
+}

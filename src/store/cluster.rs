@@ -1,0 +1,23 @@
+//! Cluster coordination in PostgreSQL (issue 23): the node registry with its
+//! heartbeats, and one lease per dataset with an epoch that every write of the
+//! log is fenced by.
+//!
+//! The database is the only judge of time and ownership: expiries are computed
+//! with PostgreSQL's `now()`, never a node's clock, and a takeover is one
+//! `UPDATE` that bumps the epoch. Every record a cluster node appends carries
+//! its epoch ([`Store::append_fenced`](super::Store::append_fenced)); a trigger
+//! on `dpledger_events` takes the dataset's lease row `FOR SHARE` in the same
+//! transaction and refuses the insert (SQLSTATE `DPF01`, surfaced as
+//! [`StoreError::Fenced`](super::StoreError::Fenced)) unless that epoch is the
+//! current one. The argument that this makes a stale owner harmless is in
+//! `docs/cluster.md`.
+//!
+//! ```sql
+//! dpledger_nodes(node_id TEXT PRIMARY KEY, advertise TEXT, heartbeat TIMESTAMPTZ,
+//!                draining BOOLEAN, memory_free BIGINT NULL)
+//! dpledger_leases(dataset TEXT PRIMARY KEY, owner TEXT NULL, epoch BIGINT,
+//!                 expires_at TIMESTAMPTZ)
+//! dpledger_events.epoch BIGINT NULL   -- the writer's epoch, checked by the trigger
+//! ```
+
+pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeRow};
