@@ -300,7 +300,9 @@ impl Client {
                         let moved = match (&dataset, &problem.owner) {
                             (Some(d), Some(hint)) => {
                                 self.routes.learn(d, &hint.advertise);
-                                self.routes.owner(d).is_some_and(|o| !target.as_str().starts_with(o.as_str()))
+                                self.routes
+                                    .owner(d)
+                                    .is_some_and(|o| !target.as_str().starts_with(o.as_str()))
                             }
                             (Some(d), None) => {
                                 self.routes.forget(d);

@@ -247,7 +247,10 @@ mod tests {
     fn retry_after_is_read_in_seconds_and_capped() {
         assert_eq!(retry_after_secs(Some("2")), Some(2));
         assert_eq!(retry_after_secs(Some(" 3600 ")), Some(30));
-        assert_eq!(retry_after_secs(Some("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+        assert_eq!(
+            retry_after_secs(Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            None
+        );
         assert_eq!(retry_after_secs(None), None);
     }
 }
