@@ -29,7 +29,7 @@ pub struct Problem {
     /// For a `503` of type [`crate::cluster::NOT_OWNER`] from a cluster node:
     /// the dataset's owner, when the node knows it.
     #[serde(default)]
-    pub owner: Option<crate::cluster::OwnerHint>,
+    pub owner: Option<Box<crate::cluster::OwnerHint>>,
 }
 
 impl fmt::Display for Problem {
