@@ -163,7 +163,7 @@ class RetryPolicy:
     ``min(max_backoff, backoff * 2**(k-1))`` scaled by a random factor in
     ``[0.5, 1]``."""
 
-    attempts: int = 6
+    attempts: int = 10
     backoff: float = 0.1
     max_backoff: float = 5.0
     statuses: Tuple[int, ...] = (429, 500, 502, 503, 504)
