@@ -5,6 +5,7 @@ use crate::accountant::{
     CompareRequest, CompareResponse, EpsilonRequest, EpsilonResponse, NoiseRequest, NoiseResponse,
     RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
 };
+use crate::cluster::{self, ClusterView, Routes};
 use crate::codec;
 use crate::error::{Error, Problem, Result};
 use crate::release::{
@@ -17,7 +18,7 @@ use crate::types::{
     RefreshOutcome, RefreshRequest, StepOutcome, StepReport, StorageReport, Thresholds,
     WorstCaseBounds,
 };
-use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -58,6 +59,8 @@ pub struct Client {
     base: Url,
     token: Option<Arc<str>>,
     retry: RetryPolicy,
+    /// Who owns which dataset in a cluster (shared by clones: one map per client).
+    routes: Arc<Routes>,
 }
 
 impl fmt::Debug for Client {
@@ -137,6 +140,7 @@ impl ClientBuilder {
             base,
             token: self.token.map(Arc::from),
             retry: self.retry,
+            routes: Arc::new(Routes::default()),
         })
     }
 }
@@ -224,11 +228,20 @@ impl Client {
         idempotency: Idempotency,
     ) -> Result<Answer> {
         let max_attempts = self.retry.max_attempts.max(1);
+        let dataset = cluster::dataset_of(&self.base, &url);
         let mut attempt = 0;
         loop {
             attempt += 1;
             let last = attempt >= max_attempts;
-            let mut req = self.http.request(method.clone(), url.clone());
+            if dataset.is_some() && self.routes.needs_load() {
+                self.load_routes().await;
+            }
+            let owner = dataset.as_deref().and_then(|d| self.routes.owner(d));
+            let target = owner
+                .and_then(|o| cluster::rebase(&self.base, &url, &o))
+                .unwrap_or_else(|| url.clone());
+            let via_owner = target != url;
+            let mut req = self.http.request(method.clone(), target.clone());
             if let Some(token) = &self.token {
                 req = req.bearer_auth(token);
             }
@@ -242,14 +255,17 @@ impl Client {
             let outcome = match req.send().await {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
-                    let content_type = resp
-                        .headers()
-                        .get(CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_string();
+                    let header = |name| {
+                        resp.headers()
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    let content_type = header(CONTENT_TYPE);
+                    let retry_after = cluster::retry_after_secs(Some(&header(RETRY_AFTER)));
                     match resp.bytes().await {
-                        Ok(bytes) => Ok((status, content_type, bytes.to_vec())),
+                        Ok(bytes) => Ok((status, content_type, retry_after, bytes.to_vec())),
                         Err(e) => Err(e),
                     }
                 }
@@ -257,6 +273,13 @@ impl Client {
             };
             match outcome {
                 Err(e) => {
+                    if via_owner && e.is_connect() {
+                        // The owner we knew is gone: back to the base URL, and read
+                        // the map again before the next attempt.
+                        if let Some(d) = &dataset {
+                            self.routes.forget(d);
+                        }
+                    }
                     if !last && retry_transport(&e, idempotency) {
                         tokio::time::sleep(self.retry.backoff(attempt)).await;
                         continue;
@@ -266,21 +289,88 @@ impl Client {
                         attempts: attempt,
                     });
                 }
-                Ok((status, _, bytes)) if (200..300).contains(&status) => {
+                Ok((status, _, _, bytes)) if (200..300).contains(&status) => {
                     return Ok(Answer { status, bytes });
                 }
-                Ok((status, content_type, bytes)) => {
+                Ok((status, content_type, retry_after, bytes)) => {
+                    let problem = problem_from(status, &content_type, &bytes);
+                    if status == 503 && problem.kind == cluster::NOT_OWNER {
+                        // Nothing was applied: resend whatever the retry class, to
+                        // the owner the problem names (at once), or after the wait.
+                        let moved = match (&dataset, &problem.owner) {
+                            (Some(d), Some(hint)) => {
+                                self.routes.learn(d, &hint.advertise);
+                                self.routes
+                                    .owner(d)
+                                    .is_some_and(|o| !target.as_str().starts_with(o.as_str()))
+                            }
+                            (Some(d), None) => {
+                                self.routes.forget(d);
+                                false
+                            }
+                            _ => false,
+                        };
+                        if !last {
+                            if !moved {
+                                let wait = retry_after
+                                    .map(Duration::from_secs)
+                                    .unwrap_or_else(|| self.retry.backoff(attempt))
+                                    .min(self.retry.max_backoff.max(Duration::from_millis(100)));
+                                tokio::time::sleep(wait).await;
+                            }
+                            continue;
+                        }
+                        return Err(Error::Api {
+                            problem,
+                            attempts: attempt,
+                        });
+                    }
                     if !last && retry_status(status, idempotency) {
                         tokio::time::sleep(self.retry.backoff(attempt)).await;
                         continue;
                     }
                     return Err(Error::Api {
-                        problem: problem_from(status, &content_type, &bytes),
+                        problem,
                         attempts: attempt,
                     });
                 }
             }
         }
+    }
+
+    /// Read the cluster map once (one attempt, no retries): on any failure (a
+    /// server without a cluster endpoint, a refusal) the requests go to the base URL.
+    async fn load_routes(&self) {
+        let view = self.fetch_cluster().await.ok();
+        self.routes.install(view.as_ref());
+    }
+
+    async fn fetch_cluster(&self) -> Result<ClusterView> {
+        let url = self.url(&["v1", "cluster"], &[])?;
+        let mut req = self.http.get(url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.map_err(|source| Error::Transport {
+            source,
+            attempts: 1,
+        })?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|source| Error::Transport {
+            source,
+            attempts: 1,
+        })?;
+        if !(200..300).contains(&status) {
+            return Err(Error::Api {
+                problem: problem_from(status, "application/problem+json", &bytes),
+                attempts: 1,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+            endpoint: "GET /v1/cluster".into(),
+            status,
+            message: e.to_string(),
+        })
     }
 
     async fn json_call<T: DeserializeOwned>(
@@ -831,6 +921,23 @@ impl Client {
         .await
     }
 
+    /// `GET /v1/cluster`: the nodes, their liveness, and who owns which dataset
+    /// (the datasets this token holds a role on). Also replaces this client's
+    /// routing map, so later requests go to the owners directly.
+    pub async fn cluster(&self) -> Result<ClusterView> {
+        let view: ClusterView = self
+            .json_call(
+                Method::GET,
+                &["v1", "cluster"],
+                &[],
+                Body::None,
+                Idempotency::Idempotent,
+            )
+            .await?;
+        self.routes.install(Some(&view));
+        Ok(view)
+    }
+
     /// `GET /readyz`: ready once the log has been recovered.
     pub async fn ready(&self) -> Result<Health> {
         self.json_call(
@@ -895,6 +1002,7 @@ fn problem_from(status: u16, content_type: &str, bytes: &[u8]) -> Problem {
         },
         field: None,
         budget: None,
+        owner: None,
     }
 }
 

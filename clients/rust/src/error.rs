@@ -26,6 +26,10 @@ pub struct Problem {
     /// boxed to keep [`Error`] small). Also read by [`Error::budget`].
     #[serde(default)]
     pub budget: Option<Box<BudgetRefusal>>,
+    /// For a `503` of type [`crate::cluster::NOT_OWNER`] from a cluster node:
+    /// the dataset's owner, when the node knows it.
+    #[serde(default)]
+    pub owner: Option<Box<crate::cluster::OwnerHint>>,
 }
 
 impl fmt::Display for Problem {

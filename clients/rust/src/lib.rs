@@ -30,6 +30,7 @@
 pub mod accountant;
 pub mod analysis;
 mod client;
+pub mod cluster;
 pub mod codec;
 mod error;
 pub mod local;
@@ -46,6 +47,7 @@ pub use analysis::{
     DataDependentInterval, DataDependentQuantiles, DataDependentSummary, DataIndependentEpsilon,
 };
 pub use client::{Client, ClientBuilder, Encoding};
+pub use cluster::{ClusterNode, ClusterView, DatasetOwner};
 pub use error::{Error, Problem, Result};
 pub use mirror::ThresholdMirror;
 pub use release::{

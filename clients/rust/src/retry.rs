@@ -14,8 +14,9 @@
 
 use std::time::Duration;
 
-/// Exponential backoff with a cap. `Default`: 6 attempts, 100 ms doubling to at
-/// most 5 s (about 8.5 s of waiting in all), enough to ride out a server restart.
+/// Exponential backoff with a cap. `Default`: 10 attempts, 100 ms doubling to at
+/// most 5 s (about 21 s of waiting in all), enough to ride out a server restart or
+/// a cluster failover (the lease's default TTL is 10 s, plus loading the dataset).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// Attempts in all, including the first (1 = never retry).
@@ -29,7 +30,7 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            max_attempts: 6,
+            max_attempts: 10,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
         }

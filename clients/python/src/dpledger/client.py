@@ -34,6 +34,7 @@ from urllib.parse import quote
 import httpx
 
 from . import encoding
+from .cluster import NOT_OWNER, Routes, dataset_of, retry_after_seconds
 from .errors import ApiError, Conflict, NotFound, TransportFailure, error_class
 from .types import (
     BudgetRequest,
@@ -162,7 +163,7 @@ class RetryPolicy:
     ``min(max_backoff, backoff * 2**(k-1))`` scaled by a random factor in
     ``[0.5, 1]``."""
 
-    attempts: int = 6
+    attempts: int = 10
     backoff: float = 0.1
     max_backoff: float = 5.0
     statuses: Tuple[int, ...] = (429, 500, 502, 503, 504)
@@ -208,6 +209,8 @@ class Client:
         self._timeout = timeout
         self._transport = transport
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        #: Who owns which dataset in a cluster (see :mod:`dpledger.cluster`).
+        self._routes = Routes()
 
     # --- plumbing -----------------------------------------------------------
 
@@ -269,19 +272,27 @@ class Client:
             path = path.replace("{" + name + "}", quote(str(value), safe=""))
         query = {k: v for k, v in (params or {}).items() if v is not None}
         attempts = max(1, self.retry.attempts)
+        dataset = dataset_of(path)
         attempt = 0
         while True:
             attempt += 1
+            if dataset is not None and self._routes.needs_load():
+                self._load_routes()
+            owner = self._routes.owner(dataset) if dataset is not None else None
+            target = owner + path if owner else path
             try:
                 response = self._http.request(
                     op.method,
-                    path,
+                    target,
                     params=query or None,
                     content=body,
                     headers=self._headers(content_type),
                 )
             except httpx.TransportError as e:
                 never_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                if owner and never_sent:
+                    # The owner we knew is gone: base URL, and read the map again.
+                    self._routes.forget(dataset)
                 may_retry = op.retry != CONNECT_ONLY or never_sent
                 if may_retry and attempt < attempts:
                     self._sleep(self.retry.delay(attempt))
@@ -290,6 +301,19 @@ class Client:
             status = response.status_code
             if status < 400:
                 return response
+            if status == 503 and dataset is not None and attempt < attempts:
+                hint = self._not_owner_hint(response)
+                if hint is not None:
+                    # Nothing was applied: resend whatever the retry class, to the
+                    # owner the problem names (at once) or after Retry-After.
+                    advertise = hint.get("advertise") if isinstance(hint, dict) else None
+                    if isinstance(advertise, str) and advertise.rstrip("/") != owner:
+                        self._routes.learn(dataset, advertise)
+                        continue
+                    self._routes.forget(dataset)
+                    wait = retry_after_seconds(response.headers.get("Retry-After"))
+                    self._sleep(min(self.retry.max_backoff, wait if wait is not None else self.retry.delay(attempt)))
+                    continue
             retryable = status in self.retry.statuses and op.retry != CONNECT_ONLY
             if retryable and attempt < attempts:
                 self._sleep(self.retry.delay(attempt))
@@ -297,6 +321,30 @@ class Client:
             error = self._error(response, operation)
             error.attempts = attempt
             raise error
+
+    @staticmethod
+    def _not_owner_hint(response: httpx.Response) -> Optional[Any]:
+        """For a ``not-owner`` problem: its ``owner`` member (``{}`` when absent);
+        ``None`` for any other answer."""
+        try:
+            body = response.json()
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or body.get("type") != NOT_OWNER:
+            return None
+        return body.get("owner") or {}
+
+    def _load_routes(self) -> None:
+        """Read the cluster map once (one attempt): on any failure (a server
+        without a cluster endpoint, a refusal) requests go to the base URL."""
+        view = None
+        try:
+            response = self._http.get("/v1/cluster", headers=self._headers(None))
+            if response.status_code == 200:
+                view = response.json()
+        except (httpx.HTTPError, ValueError):
+            view = None
+        self._routes.install(view if isinstance(view, dict) else None)
 
     def _call(self, operation: str, json_body: Any = None, **kwargs: Any) -> Any:
         if json_body is not None:
