@@ -247,7 +247,10 @@ fn pld_estimate_composes_the_examples_own_levels_and_is_labelled_an_estimate() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     let est = &r.body["pld_estimate"];
     assert_eq!(est["guarantee"], false);
-    assert_eq!(est["value_discretization"].as_f64(), Some(1e-3));
+    // The grid is chosen per query: 1e-3 or a power-of-two refinement of it.
+    let h = est["value_discretization"].as_f64().unwrap();
+    let refinement = 1e-3 / h;
+    assert!((0..8).any(|j| refinement == (1u64 << j) as f64), "grid {h}");
     // The guarantee is untouched by the estimate.
     assert_eq!(r.body["example"], plain.body["example"]);
     assert_eq!(r.body["worst_case"], plain.body["worst_case"]);
@@ -283,13 +286,15 @@ fn pld_estimate_composes_the_examples_own_levels_and_is_labelled_an_estimate() {
             count,
         })
         .collect();
-    let expected = compose_events(&events, &PldOptions::default(), 1e-16)
+    let opts = PldOptions {
+        value_discretization: h,
+    };
+    let expected = compose_events(&events, &opts, 1e-16)
         .unwrap()
         .epsilon(1e-5)
         .unwrap();
-    // Same discretisation; the server's FFT domain is larger (a cache of every
-    // level, sized for a horizon of 1024 steps), so only floating-point
-    // round-off differs (1.5e-9 relative when written).
+    // Same discretisation (the one served); the server's FFT domain may be
+    // larger (a power of two), so only floating-point round-off differs.
     let got = est["epsilon"].as_f64().unwrap();
     assert!(
         rel(got, expected) < 1e-8,
@@ -428,4 +433,123 @@ fn shuffle_pld_estimate_is_the_gaussian_composition_of_its_processings() {
         est0 >= exact0 * (1.0 - 1e-9) && est0 <= exact0 * 1.005,
         "estimate {est0} vs exact {exact0}"
     );
+}
+
+/// The estimate cache's part of `GET /v1/admin/storage`.
+fn estimate_cache(server: &Server, admin: &str) -> Value {
+    let r = get(&format!("{}/v1/admin/storage", server.url), Some(admin));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["estimate_cache"].clone()
+}
+
+#[test]
+fn estimates_on_a_273_level_grid_are_cached_within_the_bound_and_never_above_rdp() {
+    let dir = tempfile::tempdir().unwrap();
+    // A bound small enough that the spectra of this test must be evicted.
+    let bound: u64 = 3 << 20;
+    let server = Server::start_flags(
+        dir.path(),
+        None,
+        &["--estimate-cache-bytes", &bound.to_string()],
+    );
+    let admin = server.admin_token();
+    let (n, q, sigma, steps) = (12u64, 0.01, 1.0, 240u64);
+    let config = json!({"examples": n, "max_grad_norm": 1.5, "rounding": 0.0055,
+        "noise_multiplier": sigma, "sampling": {"kind": "poisson", "rate": q},
+        "delta": 1e-5});
+    let r = post(
+        &format!("{}/v1/datasets", server.url),
+        Some(&admin),
+        &json!({"id": "d", "config": config}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let grid = BucketGrid::new(1.5, 0.0055).unwrap();
+    assert_eq!(grid.top(), 273);
+    let trainer = server.token("trainer", Some("d"), None);
+    // Every 8th step each example reports a norm at its own spread of levels.
+    let ids: Vec<u64> = (0..n).collect();
+    for t in 0..steps {
+        if t % 8 == 0 {
+            let norms: Vec<f64> = ids
+                .iter()
+                .map(|&i| ((t / 8 * 37 + i * 53) % 273 + 1) as f64 * 0.0055 * 0.999)
+                .collect();
+            step(&server, &trainer, t, &ids, &norms);
+        } else {
+            step(&server, &trainer, t, &[], &[]);
+        }
+    }
+    let ask = |id: u64| {
+        let r = get(
+            &url(
+                &server,
+                &format!("/examples/{id}/privacy?delta=1e-5&method=pld_estimate"),
+            ),
+            Some(&admin),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body
+    };
+    let mut answers = Vec::new();
+    for id in 0..n {
+        let body = ask(id);
+        let est = &body["pld_estimate"];
+        let e = est["epsilon"].as_f64().unwrap();
+        let rdp = body["example"]["rdp_epsilon"].as_f64().unwrap();
+        // The rule of docs/accounting.md: never above the example's RDP epsilon.
+        assert!(
+            e <= rdp,
+            "example {id}: estimate {e} above its RDP epsilon {rdp}"
+        );
+        let levels = est["levels"].as_array().unwrap();
+        assert!(levels.len() >= 10, "example {id}: {} levels", levels.len());
+        // The composition of the levels served, on the grid served.
+        let h = est["value_discretization"].as_f64().unwrap();
+        let events: Vec<PldEvent> = levels
+            .iter()
+            .map(|l| PldEvent::PoissonGaussian {
+                q,
+                sigma: l["effective_noise_multiplier"].as_f64().unwrap(),
+                count: l["steps"].as_u64().unwrap(),
+            })
+            .collect();
+        let opts = PldOptions {
+            value_discretization: h,
+        };
+        let want = compose_events(&events, &opts, 1e-16)
+            .unwrap()
+            .epsilon(1e-5)
+            .unwrap()
+            .min(rdp);
+        assert!(rel(e, want) < 1e-8, "example {id}: served {e} vs {want}");
+        answers.push(body);
+    }
+    let before = estimate_cache(&server, &admin);
+    assert!(before["bytes"].as_u64().unwrap() <= bound, "{before}");
+    assert_eq!(before["bound_bytes"].as_u64(), Some(bound));
+    assert!(before["evictions"].as_u64().unwrap() > 0, "{before}");
+    assert!(before["answers"].as_u64().unwrap() >= 1, "{before}");
+    // Asking again is answered from the cache: same answer, one more hit, no
+    // miss (asked twice in a row: the bound here is small enough that other
+    // examples' spectra evict older answers).
+    let first = ask(3);
+    let before = estimate_cache(&server, &admin);
+    let again = ask(3);
+    assert_eq!(again["pld_estimate"], first["pld_estimate"]);
+    assert_eq!(again["pld_estimate"], answers[3]["pld_estimate"]);
+    let after = estimate_cache(&server, &admin);
+    assert_eq!(after["misses"], before["misses"], "{after}");
+    assert!(after["hits"].as_u64() > before["hits"].as_u64(), "{after}");
+    // A step changes every history: the old answer is not served.
+    step(&server, &trainer, steps, &[], &[]);
+    let moved = ask(3);
+    assert_eq!(
+        moved["pld_estimate"]["steps"].as_u64(),
+        Some(answers[3]["pld_estimate"]["steps"].as_u64().unwrap() + 1)
+    );
+    assert_ne!(
+        moved["pld_estimate"]["epsilon"],
+        answers[3]["pld_estimate"]["epsilon"]
+    );
+    assert!(estimate_cache(&server, &admin)["bytes"].as_u64().unwrap() <= bound);
 }

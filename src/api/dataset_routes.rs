@@ -423,7 +423,13 @@ async fn example_privacy(
         }
     };
     if let Some(input) = input {
-        view.pld_estimate = Some(state.engine.pld_estimate(&id, input, view.delta).await?);
+        let rdp = view.example.rdp_epsilon;
+        view.pld_estimate = Some(
+            state
+                .engine
+                .pld_estimate(&id, input, view.delta, rdp)
+                .await?,
+        );
     }
     metrics::counter!("dpledger_privacy_queries_total").increment(1);
     Ok(Json(view))

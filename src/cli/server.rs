@@ -98,6 +98,12 @@ pub struct ServeCmd {
     #[arg(long, env = "DPLEDGER_TABLE_CACHE_BYTES",
           default_value_t = crate::accounting::table::DEFAULT_TABLE_CACHE_BYTES)]
     pub table_cache_bytes: usize,
+    /// Bound in bytes on the process-wide cache of the per-example PLD
+    /// estimates' level spectra and answers (least recently used entries are
+    /// evicted beyond it; a smaller bound costs only recomputation).
+    #[arg(long, env = "DPLEDGER_ESTIMATE_CACHE_BYTES",
+          default_value_t = crate::accounting::pld::DEFAULT_ESTIMATE_CACHE_BYTES)]
+    pub estimate_cache_bytes: usize,
     /// Page a dataset out of memory after this many seconds without a request
     /// touching it (0: never). It is snapshotted first if it changed, and loaded
     /// back from the snapshot on the next request that needs it.
@@ -351,6 +357,7 @@ impl ServeCmd {
             ..Limits::default()
         };
         crate::ledger::table_cache().set_bound(self.table_cache_bytes);
+        crate::engine::estimate_cache().set_bound(self.estimate_cache_bytes);
         let metrics = install_metrics();
         // Cluster mode builds its state once listening (the advertised URL
         // defaults to the bound address); a single node recovers everything now.

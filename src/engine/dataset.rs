@@ -45,9 +45,6 @@ pub struct Dataset {
     pub book: std::sync::RwLock<ReleaseBook>,
     /// Recent PLD worst cases (spec §8), keyed by steps, releases and delta.
     pub(super) pld_cache: std::sync::Mutex<PldCache>,
-    /// Level spectra for per-example PLD estimates (spec §8), built on demand.
-    pub(super) estimate_cache:
-        std::sync::Mutex<Option<std::sync::Arc<super::estimate::EstimateCache>>>,
     /// Sequence number of the last record of this dataset in memory (persisted,
     /// or replayed); a snapshot is taken at it.
     pub(super) last_seq: AtomicU64,
@@ -130,7 +127,6 @@ impl Dataset {
             stale: AtomicBool::new(false),
             book: std::sync::RwLock::new(ReleaseBook::default()),
             pld_cache: std::sync::Mutex::new(PldCache::default()),
-            estimate_cache: std::sync::Mutex::new(None),
             last_seq: AtomicU64::new(0),
             book_log: std::sync::Mutex::new(Vec::new()),
             snapshot: std::sync::Mutex::new(SnapshotMark {
@@ -196,14 +192,11 @@ impl Dataset {
         self.paged_out.load(Ordering::Acquire)
     }
 
-    /// Drop what is cached beside the ledger (PLD worst cases, the estimate's
-    /// level spectra): it is rebuilt on demand.
+    /// Drop what is cached beside the ledger (PLD worst cases): it is rebuilt
+    /// on demand. The estimates' cache is process-wide and keyed by content
+    /// (`engine/estimate.rs`): nothing in it can go stale.
     pub(super) fn clear_caches(&self) {
         *self.pld_cache.lock().unwrap_or_else(|e| e.into_inner()) = PldCache::default();
-        *self
-            .estimate_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The snapshot bookkeeping.

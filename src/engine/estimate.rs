@@ -1,51 +1,37 @@
-//! The per-example PLD estimate (spec §8, issue 14 item 4), composed from
-//! spectra cached per dataset.
+//! The per-example PLD estimate (spec §8, issues 14 and 24), composed from a
+//! process-wide bounded cache of level spectra and answers.
 //!
-//! Building a level's spectrum (its discrete PLD and two FFTs) costs far more
-//! than composing: a query is a weighted sum of cached log-spectra per level,
-//! raised to the example's counts, and one inverse FFT per direction (Koskela
-//! et al.'s individual accounting does the same). The cache ([`EstimateCache`])
-//! holds every level queried so far on one FFT domain sized for a step
-//! *horizon* (a power of two `>=` the steps applied, so it is rebuilt only when
-//! the steps double), and the dataset's releases (composed into every answer).
-//! Small grids (`K <=` [`PREBUILD_LEVELS`]) are cached whole per segment at the
-//! first query, so that later queries do not rebuild for a level not seen yet.
+//! The composition itself ([`crate::accounting::pld::estimate`]) picks its grid
+//! per query from a relative-accuracy target and plans its FFT domain from the
+//! example's own levels; the spectra of each `(q, sigma_eff)` level are built
+//! on demand per grid and domain size and kept in [`estimate_cache`] (bounded
+//! by `serve --estimate-cache-bytes`, least recently used first out; shown in
+//! `GET /v1/admin/storage` and the `dpledger_estimate_cache_*` gauges), so a
+//! grid of any size costs only the levels its examples visit. Answers are kept
+//! there too, keyed by the example's whole level history, the releases and
+//! delta: a dashboard that polls does not recompute, and a history that changed
+//! never meets an old answer.
+//!
+//! **The RDP cap.** The exact composition of the example's levels is never
+//! above its RDP epsilon (RDP's conversion is an upper bound on the same
+//! composition), but a discretised estimate can be, by its grid error. So the
+//! served estimate is `min(composed, example's RDP epsilon)`: never above the
+//! RDP epsilon, and never below the exact composition (both are upper bounds of
+//! it).
 //!
 //! The composition runs outside the ledger's lock, on the counts read under it,
 //! on tokio's blocking pool (milliseconds of FFTs must not stall the workers).
 
 use super::error::{EngineError, EngineResult};
 use super::Engine;
-use crate::accounting::pld::{
-    compose_events, LevelCache, PldOptions, DEFAULT_VALUE_DISCRETIZATION,
-};
+use crate::accounting::pld::{estimate_epsilon, EstimateCache, PldEvent};
 use crate::ledger::{EstimateInput, PldEstimate};
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::OnceLock;
 
-/// Smallest step horizon a cache is built for.
-const MIN_HORIZON: u64 = 1024;
-/// Grids with at most this many levels are cached whole per segment.
-pub const PREBUILD_LEVELS: u32 = 256;
-/// Wrap-around budget of a composition without cache (releases only).
-const TAIL: f64 = 1e-16;
-
-/// Cached level spectra of one dataset (see the module docs).
-#[derive(Debug)]
-pub struct EstimateCache {
-    /// Most steps any example can have composed with this cache.
-    horizon: u64,
-    /// The number of releases composed into every answer.
-    releases: u64,
-    /// `(q, sigma_eff)` bits -> index of the level in `cache`.
-    index: HashMap<(u64, u64), usize>,
-    /// The cached levels, by index.
-    levels: Vec<(f64, f64)>,
-    cache: LevelCache,
-}
-
-fn key((q, s): (f64, f64)) -> (u64, u64) {
-    (q.to_bits(), s.to_bits())
+/// The process-wide cache of the estimates' level spectra and answers.
+pub fn estimate_cache() -> &'static EstimateCache {
+    static CACHE: OnceLock<EstimateCache> = OnceLock::new();
+    CACHE.get_or_init(EstimateCache::default)
 }
 
 fn estimate_error(why: impl std::fmt::Display) -> EngineError {
@@ -55,107 +41,46 @@ fn estimate_error(why: impl std::fmt::Display) -> EngineError {
     }
 }
 
-impl EstimateCache {
-    fn serves(&self, input: &EstimateInput) -> bool {
-        self.horizon >= input.dataset_steps
-            && self.releases == input.releases
-            && input
-                .levels
-                .iter()
-                .all(|l| self.index.contains_key(&key(l.level())))
-    }
-
-    /// A cache for `input`, keeping the levels of `old` (queries will ask again).
-    fn build(input: &EstimateInput, old: Option<&EstimateCache>) -> EngineResult<Self> {
-        let mut levels: Vec<(f64, f64)> = old.map(|c| c.levels.clone()).unwrap_or_default();
-        let mut index: HashMap<(u64, u64), usize> =
-            old.map(|c| c.index.clone()).unwrap_or_default();
-        let mut add = |l: (f64, f64), levels: &mut Vec<(f64, f64)>| {
-            index.entry(key(l)).or_insert_with(|| {
-                levels.push(l);
-                levels.len() - 1
-            });
-        };
-        let grid = &input.grid;
-        for l in &input.levels {
-            add(l.level(), &mut levels);
-            if grid.top() <= PREBUILD_LEVELS {
-                // The same expression as the ledger's, so the keys agree bit for bit.
-                for k in 1..=grid.top() {
-                    let sigma = l.noise_multiplier * grid.max_norm() / grid.value(k);
-                    add((l.sampling_rate, sigma), &mut levels);
-                }
-            }
-        }
-        let horizon = input
-            .dataset_steps
-            .max(MIN_HORIZON)
-            .checked_next_power_of_two()
-            .unwrap_or(u64::MAX);
-        let opts = PldOptions::default();
-        let cache = LevelCache::with_common(&levels, horizon, &input.release_events, &opts)
-            .map_err(estimate_error)?;
-        Ok(Self {
-            horizon,
-            releases: input.releases,
-            index,
-            levels,
-            cache,
+/// The events an example's estimate composes: its levels, then the releases.
+fn events(input: &EstimateInput) -> Vec<PldEvent> {
+    input
+        .levels
+        .iter()
+        .map(|l| PldEvent::PoissonGaussian {
+            q: l.sampling_rate,
+            sigma: l.effective_noise_multiplier,
+            count: l.steps,
         })
-    }
+        .chain(input.release_events.iter().copied())
+        .collect()
 }
 
 impl Engine {
     /// Example's PLD estimate at `delta` (validated by the caller) from `input`
-    /// (read under the ledger's lock by [`crate::ledger::Ledger::estimate_input`]).
+    /// (read under the ledger's lock by [`crate::ledger::Ledger::estimate_input`]),
+    /// capped by the example's RDP epsilon `rdp_epsilon` (module docs).
     /// Not a guarantee: see [`crate::ledger::estimate`].
     pub async fn pld_estimate(
         &self,
         dataset: &str,
         input: EstimateInput,
         delta: f64,
+        rdp_epsilon: f64,
     ) -> EngineResult<PldEstimate> {
-        let ds = self.dataset(dataset)?;
+        self.dataset(dataset)?;
         let steps: u64 = input.levels.iter().map(|l| l.steps).sum();
-        let opts = PldOptions::default();
-        let compute = move || -> EngineResult<(f64, EstimateInput)> {
-            if input.levels.is_empty() {
-                // Nothing but releases (or nothing at all): no cache needed.
-                let epsilon = compose_events(&input.release_events, &opts, TAIL)
-                    .and_then(|p| p.epsilon(delta))
-                    .map_err(estimate_error)?;
-                return Ok((epsilon, input));
-            }
-            let cache = {
-                let mut slot = ds.estimate_cache.lock().unwrap_or_else(|e| e.into_inner());
-                match slot.as_ref() {
-                    Some(c) if c.serves(&input) => c.clone(),
-                    old => {
-                        let fresh = Arc::new(EstimateCache::build(&input, old.map(|c| &**c))?);
-                        *slot = Some(fresh.clone());
-                        fresh
-                    }
-                }
-            };
-            let counts: Vec<(usize, u64)> = input
-                .levels
-                .iter()
-                .map(|l| (cache.index[&key(l.level())], l.steps))
-                .collect();
-            let epsilon = cache
-                .cache
-                .compose(&counts)
-                .and_then(|p| p.epsilon(delta))
+        let compute = move || {
+            let answer = estimate_epsilon(estimate_cache(), &events(&input), delta)
                 .map_err(estimate_error)?;
-            Ok((epsilon, input))
+            Ok::<_, EngineError>((answer, input))
         };
-        let (epsilon, input) = tokio::task::spawn_blocking(compute)
+        let (answer, input) = tokio::task::spawn_blocking(compute)
             .await
             .map_err(|e| EngineError::Internal(format!("the PLD estimate failed: {e}")))??;
         Ok(PldEstimate {
-            epsilon,
+            epsilon: answer.epsilon.min(rdp_epsilon),
             guarantee: false,
-            value_discretization: DEFAULT_VALUE_DISCRETIZATION,
+            value_discretization: answer.value_discretization,
             steps,
             releases: input.releases,
             levels: input.levels,

@@ -50,6 +50,7 @@ mod data_dependent;
 mod dataset;
 mod error;
 mod estimate;
+pub use estimate::estimate_cache;
 mod paging;
 mod policy;
 mod recovery;
@@ -69,7 +70,9 @@ pub use error::{BudgetRefusal, EngineError, EngineResult};
 pub use paging::PagingPolicy;
 pub use releases::ReleaseOutcome;
 pub use snapshots::SnapshotPolicy;
-pub use storage::{DatasetStorageReport, SnapshotReport, StorageReport, TableCacheReport};
+pub use storage::{
+    DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
+};
 
 use crate::ledger::Ledger;
 use crate::store::{append_async, append_fenced_async, Record, RecordKind, Store, StoreError};

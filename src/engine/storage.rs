@@ -38,6 +38,8 @@ pub struct StorageReport {
     pub datasets_paged_out: u64,
     /// The process-wide cache of sampled-Gaussian tables.
     pub table_cache: TableCacheReport,
+    /// The process-wide cache of the PLD estimates' spectra and answers.
+    pub estimate_cache: EstimateCacheReport,
     /// Every dataset, by id.
     pub datasets: Vec<DatasetStorageReport>,
 }
@@ -53,6 +55,56 @@ pub struct TableCacheReport {
     pub bound_bytes: u64,
     /// Tables dropped to stay within the bound.
     pub evictions: u64,
+}
+
+/// The PLD estimates' cache (`engine/estimate.rs`) against its bound.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct EstimateCacheReport {
+    /// Spectrum pairs held (per level, grid and FFT size).
+    pub spectra: u64,
+    /// MGF pairs held (per level and grid).
+    pub mgfs: u64,
+    /// Finished answers held (per level history, releases and delta).
+    pub answers: u64,
+    /// Bytes they take.
+    pub bytes: u64,
+    /// The bound (`serve --estimate-cache-bytes`).
+    pub bound_bytes: u64,
+    /// Entries dropped to stay within the bound.
+    pub evictions: u64,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that computed their value.
+    pub misses: u64,
+}
+
+impl EstimateCacheReport {
+    /// The cache's figures now.
+    pub fn now() -> Self {
+        let s = super::estimate::estimate_cache().stats();
+        Self {
+            spectra: s.spectra as u64,
+            mgfs: s.mgfs as u64,
+            answers: s.answers as u64,
+            bytes: s.bytes as u64,
+            bound_bytes: s.bound as u64,
+            evictions: s.evictions,
+            hits: s.hits,
+            misses: s.misses,
+        }
+    }
+
+    /// Set the `dpledger_estimate_cache_*` gauges (also on every scrape).
+    pub fn export() {
+        let r = Self::now();
+        metrics::gauge!("dpledger_estimate_cache_bytes").set(r.bytes as f64);
+        metrics::gauge!("dpledger_estimate_cache_bound_bytes").set(r.bound_bytes as f64);
+        metrics::gauge!("dpledger_estimate_cache_spectra").set(r.spectra as f64);
+        metrics::gauge!("dpledger_estimate_cache_answers").set(r.answers as f64);
+        metrics::counter!("dpledger_estimate_cache_evictions_total").absolute(r.evictions);
+        metrics::counter!("dpledger_estimate_cache_hits_total").absolute(r.hits);
+        metrics::counter!("dpledger_estimate_cache_misses_total").absolute(r.misses);
+    }
 }
 
 /// One dataset's part.
@@ -204,6 +256,7 @@ fn report(
             bound_bytes: cache.bound as u64,
             evictions: cache.evictions,
         },
+        estimate_cache: EstimateCacheReport::now(),
         datasets,
     }
 }
@@ -217,6 +270,7 @@ fn export_gauges(r: &StorageReport) {
     metrics::gauge!("dpledger_ledger_memory_bytes").set(r.memory_bytes as f64);
     metrics::gauge!("dpledger_datasets_in_memory").set(r.datasets_in_memory as f64);
     metrics::gauge!("dpledger_datasets_paged_out").set(r.datasets_paged_out as f64);
+    EstimateCacheReport::export();
     for d in &r.datasets {
         let id = d.id.clone();
         metrics::gauge!("dpledger_dataset_memory_bytes", "dataset" => id.clone())

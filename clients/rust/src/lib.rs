@@ -64,4 +64,6 @@ pub use types::{
     PrivacyQuery, PrivacyView, RefreshOutcome, Sampling, StepOutcome, StepReport, Thresholds,
     WorstCase, WorstCaseBounds, WorstCaseMethod,
 };
-pub use types::{DatasetStorageReport, SnapshotReport, StorageReport, TableCacheReport};
+pub use types::{
+    DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
+};

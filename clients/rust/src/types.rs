@@ -521,6 +521,8 @@ pub struct StorageReport {
     pub datasets_paged_out: u64,
     /// The sampled-Gaussian table cache.
     pub table_cache: TableCacheReport,
+    /// The PLD estimates' cache of level spectra and answers.
+    pub estimate_cache: EstimateCacheReport,
     /// Every dataset.
     pub datasets: Vec<DatasetStorageReport>,
 }
@@ -536,6 +538,27 @@ pub struct TableCacheReport {
     pub bound_bytes: u64,
     /// Tables dropped to stay within the bound.
     pub evictions: u64,
+}
+
+/// The PLD estimates' cache against its bound.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct EstimateCacheReport {
+    /// Spectrum pairs held (per level, grid and FFT size).
+    pub spectra: u64,
+    /// MGF pairs held (per level and grid).
+    pub mgfs: u64,
+    /// Finished answers held.
+    pub answers: u64,
+    /// Bytes they take.
+    pub bytes: u64,
+    /// The bound.
+    pub bound_bytes: u64,
+    /// Entries dropped to stay within the bound.
+    pub evictions: u64,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that computed their value.
+    pub misses: u64,
 }
 
 /// One dataset's part of the storage report.

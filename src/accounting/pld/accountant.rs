@@ -110,36 +110,54 @@ impl ComposedPld {
     }
 }
 
-/// The two per-mechanism PLDs of an event (`None`: it releases nothing).
-fn event_plds(e: &PldEvent, h: f64) -> Result<Option<(DiscretePld, DiscretePld, u64)>> {
+/// Whether `e` releases anything (validating it: an error names the bad field).
+pub(super) fn releases_something(e: &PldEvent) -> Result<bool> {
     Ok(match *e {
         PldEvent::PoissonGaussian { q, sigma, count } => {
             validate::sampling_rate("sampling_rate", q)?;
             if q == 0.0 || count == 0 {
-                return Ok(None);
+                return Ok(false);
             }
             validate::positive_noise_multiplier("noise_multiplier", sigma)?;
-            let r = sgm_pld(q, sigma, Direction::Remove, h)?;
-            let a = sgm_pld(q, sigma, Direction::Add, h)?;
-            Some((r, a, count))
+            true
         }
         PldEvent::Gaussian { sigma, count } => {
             if count == 0 {
-                return Ok(None);
+                return Ok(false);
             }
             validate::positive_noise_multiplier("noise_multiplier", sigma)?;
-            let p = sgm_pld(1.0, sigma, Direction::Remove, h)?;
-            Some((p.clone(), p, count))
+            true
         }
         PldEvent::PureDp { epsilon, count } => {
             if count == 0 {
-                return Ok(None);
+                return Ok(false);
             }
             validate::positive("epsilon", epsilon)?;
-            let p = pure_dp_pld(epsilon, h)?;
-            Some((p.clone(), p, count))
+            true
         }
     })
+}
+
+/// The two per-mechanism PLDs of an event (`None`: it releases nothing).
+pub(super) fn event_plds(e: &PldEvent, h: f64) -> Result<Option<(DiscretePld, DiscretePld, u64)>> {
+    if !releases_something(e)? {
+        return Ok(None);
+    }
+    Ok(Some(match *e {
+        PldEvent::PoissonGaussian { q, sigma, count } => {
+            let r = sgm_pld(q, sigma, Direction::Remove, h)?;
+            let a = sgm_pld(q, sigma, Direction::Add, h)?;
+            (r, a, count)
+        }
+        PldEvent::Gaussian { sigma, count } => {
+            let p = sgm_pld(1.0, sigma, Direction::Remove, h)?;
+            (p.clone(), p, count)
+        }
+        PldEvent::PureDp { epsilon, count } => {
+            let p = pure_dp_pld(epsilon, h)?;
+            (p.clone(), p, count)
+        }
+    }))
 }
 
 fn compose_direction(plds: &[(&DiscretePld, u64)], h: f64, tail: f64) -> Result<DiscretePld> {
@@ -204,7 +222,7 @@ const STEPS_PER_SCALE: f64 = 10.0;
 
 /// Smallest per-step privacy-loss spread among the events (`q sqrt(e^{1/s^2} - 1)`,
 /// the standard deviation of the subsampled Gaussian's likelihood ratio).
-fn loss_scale(events: &[PldEvent]) -> f64 {
+pub(super) fn loss_scale(events: &[PldEvent]) -> f64 {
     events
         .iter()
         .map(|e| match *e {

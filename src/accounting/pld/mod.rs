@@ -7,7 +7,10 @@
 //! - [`planner`]: Chernoff-bounded FFT windows (wrap-around goes to delta);
 //! - [`spectrum`]: FFT composition in polar form (powers and products);
 //! - [`accountant`]: the public API;
-//! - [`calibrate`]: noise calibration by PLD.
+//! - [`calibrate`]: noise calibration by PLD;
+//! - [`estimate`]: per-example estimates on a grid chosen per query, from
+//!   [`spectra`], the bounded cache of level spectra and answers;
+//! - [`fft`]: FFT plans, made once per size.
 //!
 //! # Why every number is an upper bound (pessimism)
 //! 1. Each mechanism's discrete PLD is a dominating pair of the exact one: its
@@ -33,9 +36,12 @@
 
 pub mod accountant;
 pub mod calibrate;
+pub mod estimate;
+pub mod fft;
 pub mod mechanisms;
 pub mod planner;
 pub mod pmf;
+pub mod spectra;
 pub mod spectrum;
 
 pub use accountant::{
@@ -43,4 +49,6 @@ pub use accountant::{
     PldEvent, PldOptions, DEFAULT_VALUE_DISCRETIZATION,
 };
 pub use calibrate::noise_for_epsilon_pld;
+pub use estimate::estimate_epsilon;
 pub use pmf::DiscretePld;
+pub use spectra::{EstimateCache, EstimateCacheStats, DEFAULT_ESTIMATE_CACHE_BYTES};

@@ -10,7 +10,6 @@
 use super::planner::Window;
 use super::pmf::DiscretePld;
 use realfft::num_complex::Complex;
-use realfft::RealFftPlanner;
 
 /// One PLD's spectrum on a domain of size `n`.
 #[derive(Debug, Clone)]
@@ -31,7 +30,7 @@ impl Spectrum {
             let idx = (pld.first + j as i64).rem_euclid(n as i64) as usize;
             buf[idx] += p;
         }
-        let fft = RealFftPlanner::<f64>::new().plan_fft_forward(n);
+        let fft = super::fft::forward(n);
         let mut out = fft.make_output_vec();
         fft.process(&mut buf, &mut out)
             .expect("buffer sizes come from the plan");
@@ -76,7 +75,7 @@ pub fn compose(parts: &[(&Spectrum, u64)], window: &Window, step: f64) -> Discre
         .collect();
     spec[0].im = 0.0;
     spec[bins - 1].im = 0.0;
-    let ifft = RealFftPlanner::<f64>::new().plan_fft_inverse(n);
+    let ifft = super::fft::inverse(n);
     let mut out = ifft.make_output_vec();
     ifft.process(&mut spec, &mut out)
         .expect("buffer sizes come from the plan");

@@ -89,6 +89,7 @@ __all__ = [
     "DatasetStorageReport",
     "SnapshotReport",
     "TableCacheReport",
+    "EstimateCacheReport",
     "Problem",
     "from_json",
     "to_json",
@@ -773,6 +774,21 @@ class TableCacheReport:
 
 
 @dataclass
+class EstimateCacheReport:
+    """The PLD estimates' cache of level spectra and answers against its bound."""
+
+    __schema__: ClassVar[str] = "EstimateCacheReport"
+    spectra: int
+    mgfs: int
+    answers: int
+    bytes: int
+    bound_bytes: int
+    evictions: int
+    hits: int
+    misses: int
+
+
+@dataclass
 class StorageReport:
     """What the service keeps where (``GET /v1/admin/storage``, admin only)."""
 
@@ -786,6 +802,7 @@ class StorageReport:
     datasets_in_memory: int
     datasets_paged_out: int
     table_cache: TableCacheReport
+    estimate_cache: EstimateCacheReport
     datasets: List[DatasetStorageReport]
 
 

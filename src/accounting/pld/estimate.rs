@@ -1,0 +1,255 @@
+//! Per-example PLD estimates composed from cached spectra, on a grid chosen per
+//! query from a relative-accuracy target (issue 24).
+//!
+//! # The grid
+//! Connect-the-dots error is relative to the grid spacing `h`: an epsilon that
+//! spans few grid steps is loose (at the old fixed `h = 1e-3` an epsilon of 0.02
+//! came out 30% high). As the worst case does ([`super::worst_case_epsilon`]), an
+//! answer is first composed on the default grid ([`ESTIMATE_GRIDS`]`[0]`,
+//! `1e-3`); when it spans fewer than [`REFINE_POINTS`] grid steps, or a step's
+//! loss spread is under [`STEPS_PER_SCALE`] steps, it is composed again on the
+//! coarsest grid `1e-3 / 2^j` meeting both (at finest `1e-3 / 128`), and the
+//! smaller answer is kept: both are pessimistic discretisations of the same
+//! composition, so their minimum is too. Grids are powers of two apart so that
+//! a few grids serve every query and their spectra are shared.
+//!
+//! # The domain
+//! Each answer's FFT domain is planned from its own events (Chernoff bounds on
+//! their cached MGFs, wrap-around tail [`TAIL`] per side) and rounded up to a
+//! power of two (at least [`MIN_DOMAIN`]): similar histories share a size, and
+//! so the spectra cached at it ([`EstimateCache`]).
+
+use super::accountant::{
+    event_plds, loss_scale, releases_something, PldEvent, DEFAULT_VALUE_DISCRETIZATION,
+};
+use super::planner::{plan, LogMgf};
+use super::spectra::{answer_key, Answer, EstimateCache, MechanismKey};
+use super::spectrum::{compose, Spectrum};
+use super::{ComposedPld, DiscretePld};
+use crate::accounting::error::Result;
+use crate::accounting::validate;
+use std::collections::HashMap;
+
+/// Number of grids: `1e-3 / 2^j`, `j = 0 .. ESTIMATE_GRIDS`.
+pub const ESTIMATE_GRIDS: u8 = 8;
+/// Grid steps an epsilon must span before it is not refined (0.5% accuracy).
+pub const REFINE_POINTS: f64 = 100.0;
+/// Grid steps per per-step loss spread (see [`super::worst_case_epsilon`]).
+pub const STEPS_PER_SCALE: f64 = 10.0;
+/// Wrap-around budget per side of a composition (added to delta).
+pub const TAIL: f64 = 1e-16;
+/// Smallest FFT domain (sizes below it save nothing measurable).
+pub const MIN_DOMAIN: usize = 1 << 10;
+/// Bytes of single-mechanism PLDs a query keeps between planning and
+/// transforming; beyond it a PLD is rebuilt for its spectrum instead.
+const KEEP_PLD_BYTES: usize = 64 << 20;
+
+/// Grid spacing of grid `j`.
+pub fn grid_step(j: u8) -> f64 {
+    DEFAULT_VALUE_DISCRETIZATION / (1u64 << j) as f64
+}
+
+/// The coarsest grid whose spacing is at most `target` (the finest if none).
+fn grid_for(target: f64) -> u8 {
+    (0..ESTIMATE_GRIDS)
+        .find(|&j| grid_step(j) <= target)
+        .unwrap_or(ESTIMATE_GRIDS - 1)
+}
+
+fn count(e: &PldEvent) -> u64 {
+    match *e {
+        PldEvent::PoissonGaussian { count, .. }
+        | PldEvent::Gaussian { count, .. }
+        | PldEvent::PureDp { count, .. } => count,
+    }
+}
+
+/// The per-step loss spread of `events` as their steps see it: the root mean
+/// square over steps of each mechanism's spread. A grid coarse against it
+/// accumulates chord error over many steps; unlike the smallest spread (the
+/// worst case's rule), a few steps at a tiny spread do not force the finest
+/// grid on an example whose loss comes from its other levels.
+fn rms_loss_scale(events: &[PldEvent]) -> f64 {
+    let (mut sum, mut steps) = (0.0, 0.0);
+    for e in events {
+        let c = count(e) as f64;
+        let s = loss_scale(std::slice::from_ref(e));
+        if s.is_finite() {
+            sum += c * s * s;
+            steps += c;
+        }
+    }
+    if steps > 0.0 {
+        (sum / steps).sqrt()
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The estimate of the composition of `events` at `delta`: a pessimistic
+/// discretisation on the grid the target asks for (module docs), answered from
+/// `cache` when the same events and delta were asked before.
+pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) -> Result<Answer> {
+    let delta = validate::delta("delta", delta)?;
+    let mut live = Vec::with_capacity(events.len());
+    for e in events {
+        // Validates every event; drops those that release nothing.
+        if releases_something(e)? {
+            live.push(*e);
+        }
+    }
+    if live.is_empty() {
+        return Ok(Answer {
+            epsilon: 0.0,
+            value_discretization: DEFAULT_VALUE_DISCRETIZATION,
+        });
+    }
+    let key = answer_key(&live, delta);
+    if let Some(a) = cache.answer(&key) {
+        return Ok(a);
+    }
+    let first = compose_on(cache, &live, 0)?.epsilon(delta)?;
+    let target = (first / REFINE_POINTS).min(rms_loss_scale(&live) / STEPS_PER_SCALE);
+    let mut answer = Answer {
+        epsilon: first,
+        value_discretization: grid_step(0),
+    };
+    if target < grid_step(0) {
+        let j = grid_for(target);
+        // A refinement the domain cannot hold keeps the first answer.
+        if let Ok(second) = compose_on(cache, &live, j).and_then(|p| p.epsilon(delta)) {
+            if second < first {
+                answer = Answer {
+                    epsilon: second,
+                    value_discretization: grid_step(j),
+                };
+            }
+        }
+    }
+    cache.put_answer(key, answer);
+    Ok(answer)
+}
+
+/// The composition of `events` (each releasing something) on grid `j`.
+pub fn compose_on(cache: &EstimateCache, events: &[PldEvent], j: u8) -> Result<ComposedPld> {
+    let h = grid_step(j);
+    // Single-mechanism PLDs built for an MGF, kept (within a budget) for the
+    // spectrum that follows.
+    let mut built: HashMap<MechanismKey, [DiscretePld; 2]> = HashMap::new();
+    let mut kept = 0usize;
+    let mut mgfs = Vec::with_capacity(events.len());
+    for e in events {
+        let key = MechanismKey::of(e);
+        let m = cache.mgfs(key, j, || {
+            let [r, a] = plds(e, h)?;
+            let m = [LogMgf::of(&r), LogMgf::of(&a)];
+            let bytes = (r.probs.len() + a.probs.len()) * 8;
+            if kept + bytes <= KEEP_PLD_BYTES {
+                kept += bytes;
+                built.insert(key, [r, a]);
+            }
+            Ok(m)
+        })?;
+        mgfs.push(m);
+    }
+    let mut size = MIN_DOMAIN;
+    for d in 0..2 {
+        let parts: Vec<(&LogMgf, u64)> = mgfs
+            .iter()
+            .zip(events)
+            .map(|(m, e)| (&m[d], count(e)))
+            .collect();
+        let w = plan(&parts, h, TAIL, None)?;
+        size = size.max(w.size.next_power_of_two());
+    }
+    let mut spectra = Vec::with_capacity(events.len());
+    for e in events {
+        let key = MechanismKey::of(e);
+        let s = cache.spectra(key, j, size, || {
+            let [r, a] = match built.remove(&key) {
+                Some(p) => p,
+                None => plds(e, h)?,
+            };
+            Ok::<_, crate::accounting::error::InvalidArgument>([
+                Spectrum::of(&r, size),
+                Spectrum::of(&a, size),
+            ])
+        })?;
+        spectra.push(s);
+    }
+    let mut out = Vec::with_capacity(2);
+    for d in 0..2 {
+        let parts: Vec<(&LogMgf, u64)> = mgfs
+            .iter()
+            .zip(events)
+            .map(|(m, e)| (&m[d], count(e)))
+            .collect();
+        let window = plan(&parts, h, TAIL, Some(size))?;
+        let parts: Vec<(&Spectrum, u64)> = spectra
+            .iter()
+            .zip(events)
+            .map(|(s, e)| (&s[d], count(e)))
+            .collect();
+        out.push(compose(&parts, &window, h));
+    }
+    let add = out.pop().expect("two directions");
+    let remove = out.pop().expect("two directions");
+    Ok(ComposedPld { remove, add })
+}
+
+/// Both directions' PLDs of one mechanism on grid spacing `h`.
+fn plds(e: &PldEvent, h: f64) -> Result<[DiscretePld; 2]> {
+    match event_plds(e, h)? {
+        Some((r, a, _)) => Ok([r, a]),
+        None => unreachable!("events that release nothing were dropped"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::pld::{compose_events, PldOptions};
+
+    #[test]
+    fn grids_are_powers_of_two_apart_and_chosen_coarsest_first() {
+        assert_eq!(grid_step(0), 1e-3);
+        assert_eq!(grid_step(3), 1.25e-4);
+        assert_eq!(grid_for(2e-3), 0);
+        assert_eq!(grid_for(1e-4), 4);
+        assert_eq!(grid_for(1e-9), ESTIMATE_GRIDS - 1);
+    }
+
+    #[test]
+    fn a_cached_answer_is_the_composition_on_the_grid_it_names() {
+        let cache = EstimateCache::default();
+        let ev = [
+            PldEvent::PoissonGaussian {
+                q: 0.01,
+                sigma: 6.0,
+                count: 130,
+            },
+            PldEvent::PoissonGaussian {
+                q: 0.01,
+                sigma: 9.0,
+                count: 131,
+            },
+        ];
+        let a = estimate_epsilon(&cache, &ev, 1e-5).unwrap();
+        assert!(a.value_discretization < 1e-3, "{a:?}");
+        let opts = PldOptions {
+            value_discretization: a.value_discretization,
+        };
+        let direct = compose_events(&ev, &opts, TAIL)
+            .unwrap()
+            .epsilon(1e-5)
+            .unwrap();
+        assert!(
+            (a.epsilon - direct).abs() <= 1e-9 * direct,
+            "{a:?} vs {direct}"
+        );
+        let misses = cache.stats().misses;
+        assert_eq!(estimate_epsilon(&cache, &ev, 1e-5).unwrap(), a);
+        assert_eq!(cache.stats().misses, misses, "the second ask is one hit");
+        assert!(estimate_epsilon(&cache, &ev, 0.0).is_err());
+    }
+}
