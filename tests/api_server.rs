@@ -312,6 +312,8 @@ fn stateless_accountant_matches_cli() {
         .unwrap();
     let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
     assert_eq!(r.body, cli);
+    // Both default to the tightest method, as the served worst case does (issue 25).
+    assert_eq!(r.body["method"], "pld");
     let bad = post(
         &format!("{}/v1/accountant/rdp", server.url),
         Some(&viewer),

@@ -1506,6 +1506,8 @@ fn replay_errors_name_the_line() {
         (with(1, "{\"step\": 0, \"ids\": [], \"norms\": []}"), 1, "first line"),
         (with(4, lines[0]), 4, "only the first line"),
         (with(2, "not json"), 2, "expected"),
+        (with(2, "{\"step\": 0, \"ids\": [0], \"norms\": [1e999]}"), 2, "invalid norms: norms[0] = 1e999 is not a finite number"),
+        (with(5, "{\"refresh\": {\"ids\": [2], \"norms\": [NaN]}}"), 5, "refresh.norms[0] = NaN is not a finite number"),
     ];
     for (text, line, needle) in cases {
         let err = replay(text.as_bytes(), DELTA, Conversion::Improved).unwrap_err();

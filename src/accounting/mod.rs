@@ -17,6 +17,7 @@ pub mod schedule;
 pub mod sgm;
 pub mod special;
 pub mod table;
+pub mod trace_line;
 pub mod validate;
 
 pub use conversion::{Conversion, EpsilonAtOrder};

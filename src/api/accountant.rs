@@ -32,15 +32,17 @@ fn resolve_orders(orders: &Option<Vec<f64>>) -> Result<Vec<f64>> {
     }
 }
 
-/// Which accountant computes a worst-case number.
+/// Which accountant computes a worst-case number. The default is the tightest
+/// valid one, PLD, as for a served dataset's worst case, so the CLI, the stateless
+/// endpoints and the service agree (issue 25).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
-    /// Exact RDP with the improved conversion (the default, as before).
+    /// Privacy loss distribution (the default: the tightest; spec §8).
     #[default]
-    Rdp,
-    /// Privacy loss distribution (tightest; spec §8).
     Pld,
+    /// Exact RDP (on request; `orders` and `conversion` apply to it only).
+    Rdp,
 }
 
 impl Method {
@@ -50,6 +52,26 @@ impl Method {
             Method::Pld => "pld",
         }
     }
+}
+
+/// RDP-only options given to the PLD accountant are refused rather than ignored.
+fn rdp_only(method: Method, name: &str, given: bool) -> Result<()> {
+    if method == Method::Pld && given {
+        return Err(InvalidArgument::new(
+            name,
+            "applies to the RDP accountant only: ask for method rdp (the default method is pld)",
+        ));
+    }
+    Ok(())
+}
+
+/// A composition too long for the PLD grid names the way out.
+fn pld_error(mut e: InvalidArgument) -> InvalidArgument {
+    if e.name == "steps" {
+        e.reason
+            .push_str(" (a limit of the PLD accountant, the default; method rdp has none)");
+    }
+    e
 }
 
 fn pld_options(value_discretization: Option<f64>) -> PldOptions {
@@ -106,14 +128,14 @@ pub struct EpsilonRequest {
     pub steps: u64,
     /// Delta in (0, 1).
     pub delta: f64,
-    /// Rényi orders; default: dp-accounting's list.
+    /// Rényi orders (`rdp` only); default: dp-accounting's list.
     #[serde(default)]
     pub orders: Option<Vec<f64>>,
-    /// RDP-to-DP conversion (default improved).
+    /// RDP-to-DP conversion (`rdp` only; default improved).
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub conversion: Option<Conversion>,
-    /// Accountant: `rdp` (default) or `pld`.
+    /// Accountant: `pld` (default, the tightest) or `rdp`.
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub method: Option<Method>,
@@ -127,11 +149,11 @@ pub struct EpsilonRequest {
 pub struct EpsilonResponse {
     /// Epsilon (`null` = infinite).
     pub epsilon: Option<f64>,
-    /// The Rényi order attaining it.
+    /// The Rényi order attaining it (`rdp` only).
     pub order: Option<f64>,
     /// The delta it holds at.
     pub delta: f64,
-    /// The accountant that computed it (`rdp` or `pld`).
+    /// The accountant that computed it (`pld` or `rdp`).
     pub method: String,
 }
 
@@ -142,6 +164,8 @@ impl EpsilonRequest {
         let sigma = validate::noise_multiplier("noise_multiplier", self.noise_multiplier)?;
         let delta = validate::delta("delta", self.delta)?;
         let method = self.method.unwrap_or_default();
+        rdp_only(method, "orders", self.orders.is_some())?;
+        rdp_only(method, "conversion", self.conversion.is_some())?;
         if method == Method::Pld {
             let eps = pld::worst_case_epsilon(
                 &[PldEvent::PoissonGaussian {
@@ -151,7 +175,8 @@ impl EpsilonRequest {
                 }],
                 delta,
                 &pld_options(self.value_discretization),
-            )?;
+            )
+            .map_err(pld_error)?;
             return Ok(EpsilonResponse {
                 epsilon: finite(eps),
                 order: None,
@@ -191,10 +216,10 @@ pub struct NoiseRequest {
     pub sampling_rate: f64,
     /// Number of steps (> 0).
     pub steps: u64,
-    /// Rényi orders; default: dp-accounting's list.
+    /// Rényi orders (`rdp` only); default: dp-accounting's list.
     #[serde(default)]
     pub orders: Option<Vec<f64>>,
-    /// Accountant: `rdp` (default) or `pld`.
+    /// Accountant: `pld` (default, the tightest) or `rdp`.
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub method: Option<Method>,
@@ -208,7 +233,7 @@ pub struct NoiseRequest {
 pub struct NoiseResponse {
     /// Noise multiplier: within 1e-9 (rdp) or 1e-4 (pld) relative of the smallest that meets the target.
     pub noise_multiplier: f64,
-    /// The accountant that calibrated it (`rdp` or `pld`).
+    /// The accountant that calibrated it (`pld` or `rdp`).
     pub method: String,
     /// `pld` only: the noise multiplier RDP would need for the same target.
     pub rdp_noise_multiplier: Option<f64>,
@@ -219,6 +244,8 @@ pub struct NoiseResponse {
 impl NoiseRequest {
     /// Validate and compute.
     pub fn compute(&self) -> Result<NoiseResponse> {
+        let method = self.method.unwrap_or_default();
+        rdp_only(method, "orders", self.orders.is_some())?;
         let orders = resolve_orders(&self.orders)?;
         let sigma = noise_for_epsilon(
             self.target_epsilon,
@@ -228,7 +255,6 @@ impl NoiseRequest {
             &orders,
             Conversion::Improved,
         )?;
-        let method = self.method.unwrap_or_default();
         if method == Method::Rdp {
             return Ok(NoiseResponse {
                 noise_multiplier: sigma,
@@ -243,7 +269,8 @@ impl NoiseRequest {
             self.sampling_rate,
             self.steps,
             &pld_options(self.value_discretization),
-        )?;
+        )
+        .map_err(pld_error)?;
         Ok(NoiseResponse {
             noise_multiplier: pld_sigma,
             method: method.name().into(),
@@ -283,7 +310,8 @@ pub struct CompareRow {
 /// The comparison table.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CompareResponse {
-    /// One row per method; the first (`rdp`) is what dpledger uses.
+    /// One row per method; the first (`pld`, the tightest) is dpledger's default,
+    /// the second (`rdp`) what per-example ledgers use.
     pub rows: Vec<CompareRow>,
 }
 

@@ -28,6 +28,15 @@ pub fn flag_names(mut e: InvalidArgument) -> InvalidArgument {
     e
 }
 
+/// How the text output names a method: which accountant, and how to get the other.
+fn method_name(method: &str) -> String {
+    match method {
+        "pld" => "PLD (the default, tightest; --method rdp for RDP)".into(),
+        "rdp" => "RDP".into(),
+        other => other.into(),
+    }
+}
+
 fn fmt_opt(x: Option<f64>) -> String {
     x.map_or_else(|| "inf".to_string(), |v| v.to_string())
 }
@@ -123,8 +132,8 @@ pub struct RunArgs {
 /// `--method` and the PLD grid, shared by `epsilon` and `noise`.
 #[derive(Debug, Args)]
 pub struct MethodArgs {
-    /// Accountant: rdp (exact RDP, default) or pld (privacy loss distribution, tightest).
-    #[arg(long, value_enum, default_value_t = Method::Rdp)]
+    /// Accountant: pld (privacy loss distribution, the tightest; default) or rdp (exact RDP).
+    #[arg(long, value_enum, default_value_t = Method::Pld)]
     pub method: Method,
     /// PLD grid spacing of the privacy loss (default 1e-3; pld only).
     #[arg(long, allow_negative_numbers = true)]
@@ -138,9 +147,9 @@ pub struct EpsilonCmd {
     pub run: RunArgs,
     #[command(flatten)]
     pub orders: OrdersArg,
-    /// RDP to (epsilon, delta) conversion.
-    #[arg(long, value_enum, default_value_t = ConversionArg::Improved)]
-    pub conversion: ConversionArg,
+    /// RDP to (epsilon, delta) conversion (rdp only; default improved).
+    #[arg(long, value_enum)]
+    pub conversion: Option<ConversionArg>,
     #[command(flatten)]
     pub method: MethodArgs,
 }
@@ -154,17 +163,17 @@ impl EpsilonCmd {
             steps: self.run.steps,
             delta: self.run.delta,
             orders: self.orders.parse()?,
-            conversion: Some(self.conversion.into()),
+            conversion: self.conversion.map(Into::into),
             method: Some(self.method.method),
             value_discretization: self.method.value_discretization,
         };
         let out = req.compute().map_err(flag_names)?;
         let how = match out.order {
-            Some(o) => format!("{}, optimal order {o}", out.method),
-            None => out.method.clone(),
+            Some(o) => format!("{}, optimal order {o}", method_name(&out.method)),
+            None => method_name(&out.method),
         };
         let text = format!(
-            "epsilon = {} at delta = {} ({how}) after {} steps, q = {}, sigma = {}\n",
+            "epsilon = {} at delta = {} by {how} after {} steps, q = {}, sigma = {}\n",
             fmt_opt(out.epsilon),
             out.delta,
             self.run.steps,
@@ -210,13 +219,13 @@ impl NoiseCmd {
         };
         let out = req.compute().map_err(flag_names)?;
         let mut text = format!(
-            "noise multiplier {} reaches epsilon <= {} at delta = {} (q = {}, {} steps, {})\n",
+            "noise multiplier {} reaches epsilon <= {} at delta = {} by {} (q = {}, {} steps)\n",
             out.noise_multiplier,
             self.target_epsilon,
             self.delta,
+            method_name(&out.method),
             self.sampling_rate,
             self.steps,
-            out.method
         );
         if let (Some(rdp), Some(saving)) = (out.rdp_noise_multiplier, out.noise_saving) {
             text.push_str(&format!(
@@ -246,7 +255,7 @@ impl CompareCmd {
         };
         let out = req.compute().map_err(flag_names)?;
         let mut text = format!(
-            "q = {}, sigma = {}, {} steps, delta = {}\n{:<26} {:>14}  {:<10} {}\n",
+            "q = {}, sigma = {}, {} steps, delta = {} (pld: the tightest, dpledger's default; rdp: per-example ledgers)\n{:<26} {:>14}  {:<10} {}\n",
             self.run.sampling_rate,
             self.run.noise_multiplier,
             self.run.steps,

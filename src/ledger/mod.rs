@@ -48,7 +48,7 @@
 //!
 //! # Where each rule of the spec lives
 //!
-//! | spec (`shared/spec/accounting.md`) | file |
+//! | spec (`docs/spec.md`) | file |
 //! |---|---|
 //! | §1 buckets `v_k`, orders, `r = C/100` | `config.rs` (`DatasetConfig`), `accounting/grid.rs` |
 //! | §2 one step's RDP per bucket (Poisson; shuffled batches) | `accounting/table.rs` (per-bucket tables, cached), `dataset/shuffle.rs` |

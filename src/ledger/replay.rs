@@ -21,7 +21,7 @@ use super::dataset::Ledger;
 use super::protocol::Bound;
 use super::protocol::StepReport;
 use crate::accounting::conversion::Conversion;
-use crate::accounting::validate;
+use crate::accounting::{trace_line, validate};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::BufRead;
@@ -121,16 +121,6 @@ struct TraceLine {
     sampling_rate: Option<f64>,
     #[serde(default)]
     refresh: Option<TraceRefresh>,
-}
-
-/// serde_json's message without its "at line 1 column c" suffix (always line 1:
-/// we parse one line at a time), with the column kept.
-fn json_message(e: &serde_json::Error) -> String {
-    let text = e.to_string();
-    let text = text
-        .rsplit_once(" at line ")
-        .map_or(text.as_str(), |(m, _)| m);
-    format!("{text} (column {})", e.column())
 }
 
 /// Replay the trace in `reader` and report every example's epsilon and the worst
@@ -252,9 +242,9 @@ impl<R: BufRead> TraceReader<'_, R> {
                 Ok(_) if self.buf.trim().is_empty() => continue,
                 Ok(_) => {
                     return Some(
-                        serde_json::from_str(&self.buf)
+                        trace_line::parse(&self.buf)
                             .map(|line| (line_no, line))
-                            .map_err(|e| ReplayError::at(line_no, json_message(&e))),
+                            .map_err(|e| ReplayError::at(line_no, e)),
                     )
                 }
             }

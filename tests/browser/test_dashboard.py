@@ -238,6 +238,12 @@ def close(a, b):
 def check_common(driver, srv, snap):
     worst, rel, _ = snap
     assert close(float(driver.find_element(By.ID, "worst-eps").text), float(fmt(worst["epsilon"])))
+    # One headline tile (the tightest proven worst case, naming its method), the
+    # RDP figure beside it; no second tile repeating the same number.
+    assert driver.find_element(By.ID, "worst-rdp").text == "RDP " + fmt(worst["rdp"]["epsilon"])
+    assert ("by " + worst["method"].upper()) in driver.find_element(By.ID, "worst-detail").text
+    headlines = [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".stat h3")]
+    assert sum("Worst-case epsilon" in h for h in headlines) == 1, headlines
     # Every request went to this server; none to another host.
     for u in fetched_urls(driver):
         assert u.startswith(srv.url + "/"), u
@@ -361,6 +367,21 @@ def test_viewer(run, driver):
     assert driver.execute_script("return localStorage.length") == 0
     assert driver.execute_script("return document.cookie") == ""
     screenshot(driver, "viewer")
+
+
+def test_trainer(run, driver):
+    # A trainer reads what a viewer reads (docs/security.md) and the run's
+    # configuration: the viewer's page with the hyperparameters.
+    snap = snapshot(run)
+    open_with(driver, run, run.token("trainer", "run1"))
+    wait_ready(driver)
+    check_common(driver, run, snap)
+    check_no_other_epsilons(driver, snap, set())
+    assert driver.execute_script("return document.getElementById('curator').offsetParent") is None
+    assert driver.execute_script("return document.getElementById('login').offsetParent") is None
+    assert "noise multiplier" in driver.find_element(By.ID, "config").text
+    assert driver.execute_script("return window.dpDashboard.data.exact") is None
+    assert console_errors(driver) == []
 
 
 def test_owner(run, driver):

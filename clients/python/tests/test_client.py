@@ -119,10 +119,14 @@ def test_steps_thresholds_refresh_privacy(server, admin: Client, new_id):
 def test_accountant_endpoints(server, admin: Client):
     rdp = admin.accountant_rdp(0.01, 1.1, orders=[2, 32, 1000])
     assert rdp.orders == [2.0, 32.0, 1000.0] and 0 < rdp.rdp[0] < rdp.rdp[1] < rdp.rdp[2]
-    e = admin.accountant_epsilon(0.01, 1.1, 10_000, 1e-5)
+    e = admin.accountant_epsilon(0.01, 1.1, 10_000, 1e-5, method="rdp")
     assert e.epsilon == pytest.approx(5.632, abs=1e-3) and e.delta == 1e-5 and e.order > 1
-    assert admin.accountant_epsilon(0.01, 1.1, 10_000, 1e-5, conversion="classic").epsilon > e.epsilon
-    sigma = admin.accountant_noise(e.epsilon, 1e-5, 0.01, 10_000).noise_multiplier
+    assert e.method == "rdp"
+    tight = admin.accountant_epsilon(0.01, 1.1, 10_000, 1e-5)  # the default: PLD
+    assert tight.method == "pld" and tight.epsilon < e.epsilon
+    classic = admin.accountant_epsilon(0.01, 1.1, 10_000, 1e-5, conversion="classic", method="rdp")
+    assert classic.epsilon > e.epsilon
+    sigma = admin.accountant_noise(e.epsilon, 1e-5, 0.01, 10_000, method="rdp").noise_multiplier
     assert sigma == pytest.approx(1.1, rel=1e-3) and sigma <= 1.1 * (1 + 1e-6)
     rows = admin.accountant_compare(0.01, 1.1, 1000, 1e-5).rows
     methods = {r.method: r for r in rows}

@@ -26,6 +26,16 @@ pub struct RdpResponse {
     pub rdp: Vec<Option<f64>>,
 }
 
+/// Which accountant computes a worst-case number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccountantMethod {
+    /// Privacy loss distribution: the tightest, the server's default.
+    Pld,
+    /// Exact RDP (`orders` and `conversion` apply to it only).
+    Rdp,
+}
+
 /// Worst-case epsilon of `steps` identical Poisson steps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EpsilonRequest {
@@ -37,12 +47,15 @@ pub struct EpsilonRequest {
     pub steps: u64,
     /// Delta in (0, 1).
     pub delta: f64,
-    /// Rényi orders; default: dp-accounting's list.
+    /// Rényi orders (`Rdp` only); default: dp-accounting's list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orders: Option<Vec<f64>>,
-    /// RDP-to-DP conversion (default improved).
+    /// RDP-to-DP conversion (`Rdp` only; default improved).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conversion: Option<Conversion>,
+    /// The accountant; default `Pld` (the tightest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<AccountantMethod>,
 }
 
 /// An epsilon with its optimal order.
@@ -50,10 +63,12 @@ pub struct EpsilonRequest {
 pub struct EpsilonResponse {
     /// Epsilon (`None` = infinite).
     pub epsilon: Option<f64>,
-    /// The Rényi order attaining it.
+    /// The Rényi order attaining it (`Rdp` only).
     pub order: Option<f64>,
     /// The delta it holds at.
     pub delta: f64,
+    /// The accountant that computed it.
+    pub method: AccountantMethod,
 }
 
 /// Calibrate the noise multiplier to a target epsilon.
@@ -67,16 +82,28 @@ pub struct NoiseRequest {
     pub sampling_rate: f64,
     /// Number of steps (> 0).
     pub steps: u64,
-    /// Rényi orders; default: dp-accounting's list.
+    /// Rényi orders (`Rdp` only); default: dp-accounting's list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orders: Option<Vec<f64>>,
+    /// The accountant; default `Pld` (the tightest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<AccountantMethod>,
 }
 
 /// The calibrated noise multiplier (its epsilon is at most the target).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct NoiseResponse {
-    /// Noise multiplier, within 1e-9 relative of the smallest that meets the target.
+    /// Noise multiplier, within 1e-9 (`Rdp`) or 1e-4 (`Pld`) relative of the
+    /// smallest that meets the target.
     pub noise_multiplier: f64,
+    /// The accountant that calibrated it.
+    pub method: AccountantMethod,
+    /// `Pld` only: the noise multiplier RDP would need for the same target.
+    #[serde(default)]
+    pub rdp_noise_multiplier: Option<f64>,
+    /// `Pld` only: the fraction of noise saved against RDP.
+    #[serde(default)]
+    pub noise_saving: Option<f64>,
 }
 
 /// Compare accountants for one configuration.
@@ -95,7 +122,8 @@ pub struct CompareRequest {
 /// One accountant's answer.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct CompareRow {
-    /// Stable machine name of the method (`rdp` is what dpledger uses).
+    /// Stable machine name of the method (`pld` is the default, `rdp` what
+    /// per-example ledgers use).
     pub method: String,
     /// Epsilon (`None` where not applicable or infinite).
     #[serde(default)]
@@ -109,7 +137,8 @@ pub struct CompareRow {
 /// The comparison table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct CompareResponse {
-    /// One row per method; the first (`rdp`) is what dpledger uses.
+    /// One row per method; the first (`pld`, the tightest) is dpledger's default,
+    /// the second (`rdp`) what per-example ledgers use.
     pub rows: Vec<CompareRow>,
 }
 

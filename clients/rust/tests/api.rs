@@ -5,7 +5,8 @@ mod common;
 
 use common::{config, rel, Env};
 use dpledger_client::accountant::{
-    CompareRequest, EpsilonRequest, NoiseRequest, RdpRequest, ScheduleKind, ScheduleRequest,
+    AccountantMethod, CompareRequest, EpsilonRequest, NoiseRequest, RdpRequest, ScheduleKind,
+    ScheduleRequest,
 };
 use dpledger_client::{
     Client, Conversion, Error, IndividualBudget, PrivacyQuery, RetryPolicy, StepReport,
@@ -128,6 +129,7 @@ async fn problem_details_surface_as_errors() {
             delta: 1e-5,
             orders: None,
             conversion: None,
+            method: None,
         })
         .await,
     );
@@ -269,6 +271,7 @@ async fn owner_privacy_and_worst_case() {
             delta: 1e-5,
             orders: Some(orders.clone()),
             conversion: None,
+            method: Some(AccountantMethod::Rdp),
         })
         .await
         .unwrap();
@@ -304,19 +307,28 @@ async fn accountant_calls() {
     let c = env.client_as("viewer", Some("anything"), None);
 
     // The published figure: q = 0.01, sigma = 1.1, 10,000 steps, delta = 1e-5.
-    let e = c
+    let run = EpsilonRequest {
+        sampling_rate: 0.01,
+        noise_multiplier: 1.1,
+        steps: 10_000,
+        delta: 1e-5,
+        orders: None,
+        conversion: None,
+        method: Some(AccountantMethod::Rdp),
+    };
+    let e = c.accountant_epsilon(&run).await.unwrap();
+    assert!((e.epsilon.unwrap() - 5.632).abs() < 1e-3, "{e:?}");
+    assert_eq!((e.delta, e.method), (1e-5, AccountantMethod::Rdp));
+    // The default is the tightest method, PLD.
+    let tight = c
         .accountant_epsilon(&EpsilonRequest {
-            sampling_rate: 0.01,
-            noise_multiplier: 1.1,
-            steps: 10_000,
-            delta: 1e-5,
-            orders: None,
-            conversion: None,
+            method: None,
+            ..run.clone()
         })
         .await
         .unwrap();
-    assert!((e.epsilon.unwrap() - 5.632).abs() < 1e-3, "{e:?}");
-    assert_eq!(e.delta, 1e-5);
+    assert_eq!(tight.method, AccountantMethod::Pld);
+    assert!(tight.epsilon.unwrap() < e.epsilon.unwrap(), "{tight:?}");
 
     // q = 1: the plain Gaussian mechanism, RDP = alpha / (2 sigma^2).
     let rdp = c
@@ -349,9 +361,11 @@ async fn accountant_calls() {
             sampling_rate: 0.02,
             steps: 1000,
             orders: None,
+            method: Some(AccountantMethod::Rdp),
         })
         .await
         .unwrap();
+    assert_eq!(noise.method, AccountantMethod::Rdp);
     let at = c
         .accountant_epsilon(&EpsilonRequest {
             sampling_rate: 0.02,
@@ -360,6 +374,7 @@ async fn accountant_calls() {
             delta: 1e-5,
             orders: None,
             conversion: Some(Conversion::Improved),
+            method: Some(AccountantMethod::Rdp),
         })
         .await
         .unwrap()
@@ -376,9 +391,11 @@ async fn accountant_calls() {
         })
         .await
         .unwrap();
-    assert_eq!(table.rows[0].method, "rdp");
-    assert!(table.rows[0].guarantee);
-    assert!(rel(table.rows[0].epsilon.unwrap(), e.epsilon.unwrap()) < 1e-9);
+    assert_eq!(table.rows[0].method, "pld");
+    assert_eq!(table.rows[1].method, "rdp");
+    assert!(table.rows[0].guarantee && table.rows[1].guarantee);
+    assert!(rel(table.rows[0].epsilon.unwrap(), tight.epsilon.unwrap()) < 1e-9);
+    assert!(rel(table.rows[1].epsilon.unwrap(), e.epsilon.unwrap()) < 1e-9);
     assert!(table.rows.len() >= 4);
 
     let mut req = ScheduleRequest::new(ScheduleKind::Constant, 1.0);

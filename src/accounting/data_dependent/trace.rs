@@ -94,7 +94,8 @@ pub fn read_run<R: BufRead>(reader: R, run: usize) -> Result<RunTrace, DataDepen
         if text.trim().is_empty() {
             continue;
         }
-        let line: Line = serde_json::from_str(&text).map_err(|e| err(line_no, e.to_string()))?;
+        let line: Line =
+            crate::accounting::trace_line::parse(&text).map_err(|e| err(line_no, e))?;
         let Some(cfg) = &config else {
             let Some(d) = line.dataset else {
                 return Err(err(

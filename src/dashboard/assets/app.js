@@ -144,6 +144,7 @@
 
   const role = () => state.claims.role;
   const curates = () => role() === 'admin' || role() === 'curator';
+  // A trainer reads what a viewer reads, and the run's configuration too.
   const readsStatus = () => curates() || role() === 'trainer';
   const base = () => '/v1/datasets/' + encodeURIComponent(state.dataset);
 
@@ -177,13 +178,15 @@
   }
 
   function renderWorst(worst, view, list) {
+    // One headline: the smaller of two proven bounds (PLD and RDP), the RDP
+    // accountant's figure beside it.
     $('worst-eps').textContent = fmt(worst.epsilon);
-    $('worst-pld').textContent = worst.pld ? fmt(worst.pld.epsilon) : 'n/a';
-    if (!worst.pld && worst.pld_error) $('worst-pld-detail').textContent = 'not available: ' + worst.pld_error;
+    $('worst-rdp').textContent = 'RDP ' + fmt(worst.rdp.epsilon);
     const delta = view ? view.config.delta : null;
     $('worst-detail').textContent =
-      'by ' + String(worst.method).toUpperCase() + ' (RDP ' + fmt(worst.rdp.epsilon) + ' at order α = ' + fmt(worst.rdp.order) +
-      (worst.pld ? ', PLD ' + fmt(worst.pld.epsilon) : '') + ') after ' + worst.steps + ' steps' + (delta ? ', δ = ' + fmt(delta) : '');
+      'by ' + String(worst.method).toUpperCase() + ', the smaller of two proven bounds' +
+      (worst.pld ? '' : ' (PLD not available' + (worst.pld_error ? ': ' + worst.pld_error : '') + ')') +
+      '; RDP at order α = ' + fmt(worst.rdp.order) + '; after ' + worst.steps + ' steps' + (delta ? ', δ = ' + fmt(delta) : '');
     // History: each release records the worst case just before it (its bound B,
     // at the release's delta); polling adds the current value at every refresh.
     const dref = delta !== null ? delta : list.releases.length ? list.releases[0].delta : null;
@@ -515,9 +518,6 @@
           return;
         }
         sel.value = state.dataset;
-      } else if (claims.role === 'trainer') {
-        showLogin('A trainer token reports steps; the dashboard is for admin, curator, viewer and owner tokens.');
-        return;
       } else {
         state.dataset = claims.dataset;
       }

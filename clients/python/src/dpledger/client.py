@@ -698,10 +698,14 @@ class Client:
         *,
         orders: Optional[Sequence[float]] = None,
         conversion: Optional[str] = None,
+        method: Optional[str] = None,
     ) -> EpsilonResponse:
-        """Worst-case epsilon of ``steps`` steps (``None`` epsilon: infinite)."""
+        """Worst-case epsilon of ``steps`` steps (``None`` epsilon: infinite).
+
+        ``method``: ``"pld"`` (the server's default, the tightest) or ``"rdp"``;
+        ``orders`` and ``conversion`` apply to ``"rdp"`` only."""
         req = EpsilonRequest(
-            sampling_rate, noise_multiplier, steps, delta, list(orders) if orders else None, conversion  # type: ignore[arg-type]
+            sampling_rate, noise_multiplier, steps, delta, list(orders) if orders else None, conversion, method  # type: ignore[arg-type]
         )
         return self._call("accountant_epsilon", to_json(req))
 
@@ -713,9 +717,13 @@ class Client:
         steps: int,
         *,
         orders: Optional[Sequence[float]] = None,
+        method: Optional[str] = None,
     ) -> NoiseResponse:
-        """The smallest noise multiplier reaching ``target_epsilon``."""
-        req = NoiseRequest(target_epsilon, delta, sampling_rate, steps, list(orders) if orders else None)
+        """The smallest noise multiplier reaching ``target_epsilon`` (``method``
+        as in :meth:`accountant_epsilon`)."""
+        req = NoiseRequest(
+            target_epsilon, delta, sampling_rate, steps, list(orders) if orders else None, method  # type: ignore[arg-type]
+        )
         return self._call("accountant_noise", to_json(req))
 
     def accountant_compare(
