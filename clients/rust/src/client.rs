@@ -5,7 +5,7 @@ use crate::accountant::{
     CompareRequest, CompareResponse, EpsilonRequest, EpsilonResponse, NoiseRequest, NoiseResponse,
     RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
 };
-use crate::cluster::{self, ClusterView, Routes};
+use crate::cluster::{self, ClusterView, DrainAnswer, Routes};
 use crate::codec;
 use crate::error::{Error, Problem, Result};
 use crate::release::{
@@ -936,6 +936,19 @@ impl Client {
             .await?;
         self.routes.install(Some(&view));
         Ok(view)
+    }
+
+    /// `POST /v1/cluster/nodes/{node}/drain` (admin): the node hands its datasets
+    /// over one by one and exits when it holds none (a rolling upgrade).
+    pub async fn drain(&self, node: &str) -> Result<DrainAnswer> {
+        self.json_call(
+            Method::POST,
+            &["v1", "cluster", "nodes", node, "drain"],
+            &[],
+            Body::None,
+            Idempotency::Idempotent,
+        )
+        .await
     }
 
     /// `GET /readyz`: ready once the log has been recovered.

@@ -81,6 +81,15 @@ pub struct DatasetOwner {
     pub lease_expires_in_ms: Option<i64>,
 }
 
+/// What a drain request started (`POST /v1/cluster/nodes/{node}/drain`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DrainAnswer {
+    /// The node asked to drain.
+    pub node_id: String,
+    /// Always true: it hands its datasets over one by one, then exits.
+    pub draining: bool,
+}
+
 /// Where a [`NOT_OWNER`] problem says the dataset lives now.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct OwnerHint {

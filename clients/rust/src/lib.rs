@@ -47,7 +47,7 @@ pub use analysis::{
     DataDependentInterval, DataDependentQuantiles, DataDependentSummary, DataIndependentEpsilon,
 };
 pub use client::{Client, ClientBuilder, Encoding};
-pub use cluster::{ClusterNode, ClusterView, DatasetOwner};
+pub use cluster::{ClusterNode, ClusterView, DatasetOwner, DrainAnswer};
 pub use error::{Error, Problem, Result};
 pub use mirror::ThresholdMirror;
 pub use release::{

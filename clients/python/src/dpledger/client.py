@@ -39,6 +39,7 @@ from .errors import ApiError, Conflict, NotFound, TransportFailure, error_class
 from .types import (
     BudgetRequest,
     BudgetStatus,
+    ClusterView,
     CompareRequest,
     CompareResponse,
     CreateDataset,
@@ -47,6 +48,7 @@ from .types import (
     DatasetConfig,
     DatasetList,
     DatasetView,
+    DrainAnswer,
     StorageReport,
     EpsilonRequest,
     EpsilonResponse,
@@ -151,6 +153,9 @@ OPERATIONS: Dict[str, Operation] = {
     "readyz": Operation("GET", "/readyz", Health, IDEMPOTENT),
     "metrics_endpoint": Operation("GET", "/metrics", None, IDEMPOTENT),
     "storage": Operation("GET", "/v1/admin/storage", StorageReport, IDEMPOTENT),
+    # the cluster (draining twice is draining once)
+    "cluster_view": Operation("GET", "/v1/cluster", ClusterView, IDEMPOTENT),
+    "drain": Operation("POST", "/v1/cluster/nodes/{node}/drain", DrainAnswer, IDEMPOTENT),
     "openapi_json": Operation("GET", "/openapi.json", None, IDEMPOTENT),
 }
 
@@ -753,6 +758,20 @@ class Client:
         """What the service keeps where: log, snapshot and archive bytes, each
         dataset's memory and newest snapshot (admin token; loads nothing)."""
         return self._call("storage")
+
+    def cluster_view(self) -> ClusterView:
+        """The cluster map: nodes, their liveness, and who owns which dataset
+        (those this token holds a role on). Also refreshes this client's routing,
+        so later requests go to the owners directly."""
+        response = self._send("cluster_view")
+        body = response.json()
+        self._routes.install(body)
+        return from_json(ClusterView, body)
+
+    def drain(self, node: str) -> DrainAnswer:
+        """Ask cluster node ``node`` to hand its datasets over one by one and exit
+        (admin token): a rolling upgrade without failed requests."""
+        return self._call("drain", path_params={"node": node})
 
     def openapi_json(self) -> Dict[str, Any]:
         """The server's OpenAPI document."""

@@ -91,6 +91,11 @@ __all__ = [
     "TableCacheReport",
     "EstimateCacheReport",
     "Problem",
+    "OwnerRef",
+    "ClusterNodeView",
+    "ClusterDatasetView",
+    "ClusterView",
+    "DrainAnswer",
     "from_json",
     "to_json",
     "SCHEMA_TYPES",
@@ -807,6 +812,62 @@ class StorageReport:
 
 
 @dataclass
+class OwnerRef:
+    """A cluster node as named in a ``not-owner`` problem: send there."""
+
+    __schema__: ClassVar[str] = "OwnerRef"
+    node_id: str
+    advertise: str
+
+
+@dataclass
+class ClusterNodeView:
+    """One node of the cluster map."""
+
+    __schema__: ClassVar[str] = "ClusterNodeView"
+    node_id: str
+    alive: bool
+    draining: bool
+    heartbeat_age_ms: int
+    datasets_owned: int
+    advertise: Optional[str] = None
+    memory_free_bytes: Optional[int] = None
+
+
+@dataclass
+class ClusterDatasetView:
+    """One dataset of the cluster map: its owner and the lease's epoch."""
+
+    __schema__: ClassVar[str] = "ClusterDatasetView"
+    dataset: str
+    epoch: int
+    lease_expires_in_ms: int
+    owner: Optional[str] = None
+    advertise: Optional[str] = None
+
+
+@dataclass
+class ClusterView:
+    """``GET /v1/cluster``: the nodes and who owns which dataset."""
+
+    __schema__: ClassVar[str] = "ClusterView"
+    mode: str
+    node_id: str
+    nodes: List[ClusterNodeView]
+    datasets: List[ClusterDatasetView]
+    lease_ttl_ms: Optional[int] = None
+
+
+@dataclass
+class DrainAnswer:
+    """What a drain request started."""
+
+    __schema__: ClassVar[str] = "DrainAnswer"
+    node_id: str
+    draining: bool
+
+
+@dataclass
 class Problem:
     """An RFC 9457 problem document (every error the server answers)."""
 
@@ -818,6 +879,8 @@ class Problem:
     field: Optional[str] = None
     #: On a release refused by its budget: the spend and the request.
     budget: Optional[BudgetRefusal] = None
+    #: On a ``not-owner`` answer of a cluster node: the owner, when known.
+    owner: Optional[OwnerRef] = None
 
 
 # --- data-dependent analysis (seed 001) ----------------------------------------
