@@ -23,6 +23,7 @@
 //! | `policy.rs` | automatic releases every N steps, off the write lock |
 //! | `data_dependent.rs` | seed 001's analysis over several runs, read from the ledgers and the log |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
+//! | `idempotency.rs` | changes safe to retry (idempotency keys), and reloading a stale dataset in the background |
 //! | `bounds.rs` | the PLD worst case (cached) and the bounds it gives examples and releases |
 //! | `estimate.rs` | per-example PLD estimates (not a guarantee) from cached level spectra |
 //! | `snapshots.rs` | snapshot policy, taking one while steps flow, pruning, loading the newest valid one |
@@ -48,6 +49,7 @@ mod data_dependent;
 mod dataset;
 mod error;
 mod estimate;
+mod idempotency;
 mod paging;
 mod policy;
 mod recovery;
@@ -70,7 +72,7 @@ pub use snapshots::SnapshotPolicy;
 pub use storage::{DatasetStorageReport, SnapshotReport, StorageReport, TableCacheReport};
 
 use crate::ledger::Ledger;
-use crate::store::{append_async, Record, RecordKind, Store, StoreError};
+use crate::store::{append_keyed_async, IdempotencyKey, Record, RecordKind, Store, StoreError};
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -158,6 +160,19 @@ impl Engine {
         if ds.is_archived() {
             return Err(Self::archived_error(&ds.id));
         }
+        self.catch_up(ds, ledger).await
+    }
+
+    /// Bring memory up to the log (reloading a stale dataset, loading a paged-out
+    /// one); the caller holds the write lock.
+    async fn catch_up(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) -> EngineResult<()> {
+        let registered = self
+            .datasets
+            .get(&ds.id)
+            .is_some_and(|d| Arc::ptr_eq(&d, ds));
+        if !registered {
+            return Err(EngineError::NotFound(format!("no dataset {:?}", ds.id)));
+        }
         ds.touch();
         if ds.stale.load(std::sync::atomic::Ordering::Acquire) {
             self.reload_into(ds, ledger).await?;
@@ -172,14 +187,19 @@ impl Engine {
     /// Append records of `ds` durably (group commit), timing the commit, and
     /// note them on the dataset (the caller holds its write lock and applies them
     /// next; if it cannot, it marks the dataset stale and it is reloaded).
-    async fn persist(&self, ds: &Dataset, records: Vec<Record>) -> Result<(), StoreError> {
+    async fn persist(
+        &self,
+        ds: &Dataset,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<(), StoreError> {
         let started = Instant::now();
         let kinds: Vec<(RecordKind, Vec<u8>)> = records
             .iter()
             .filter(|r| dataset::is_book_record(r.kind))
             .map(|r| (r.kind, r.payload.clone()))
             .collect();
-        let seqs = append_async(&self.store, records).await?;
+        let seqs = append_keyed_async(&self.store, records, key).await?;
         let book: Vec<(RecordKind, &[u8])> = kinds.iter().map(|(k, p)| (*k, &p[..])).collect();
         ds.note_records(&seqs, &book);
         metrics::histogram!("dpledger_store_commit_seconds")
@@ -187,13 +207,19 @@ impl Engine {
         Ok(())
     }
 
-    /// Persist a change to `ds` (whose write lock the caller holds). When the
-    /// commit's outcome is unknown the change may be in the log, so the dataset is
-    /// marked stale and reloaded before anything else touches it.
-    async fn persist_change(&self, ds: &Dataset, records: Vec<Record>) -> EngineResult<()> {
-        self.persist(ds, records).await.map_err(|e| {
+    /// Persist a change to `ds` (whose write lock the caller holds), with its
+    /// idempotency key if it has one. When the commit's outcome is unknown the
+    /// change may be in the log, so the dataset is marked stale and reloaded in
+    /// the background at once (reads wait for that, writers reload first).
+    async fn persist_change(
+        &self,
+        ds: &Dataset,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> EngineResult<()> {
+        self.persist(ds, records, key).await.map_err(|e| {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                ds.mark_stale();
+                self.heal(ds);
             }
             EngineError::store(e)
         })

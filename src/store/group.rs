@@ -23,7 +23,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::{prepare, Prepared, Record, StoreError};
+use super::{prepare_keyed, IdempotencyKey, Prepared, Record, StoreError};
 
 /// Most records committed in one transaction.
 pub(crate) const MAX_GROUP_RECORDS: usize = 8192;
@@ -104,12 +104,17 @@ impl GroupWriter {
         }
     }
 
-    /// Validates `records`, queues them and waits for the group commit.
-    pub fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError> {
+    /// Validates `records` (and `key`, stored with the first), queues them and
+    /// waits for the group commit.
+    pub fn append(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Vec<u64>, StoreError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        let batch = prepare(records)?;
+        let batch = prepare_keyed(records, key)?;
         let bytes = batch
             .iter()
             .map(|p| p.record.payload.len() + p.record.dataset.len())

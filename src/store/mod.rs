@@ -69,12 +69,15 @@
 //!   and do not acknowledge them; before accepting more steps for the dataset,
 //!   rebuild its state from the log (or restart), because a record that did land
 //!   will be replayed at the next start and memory must not lag behind it.
+//! * [`StoreError::KeyUsed`]: the idempotency key is already stored for the
+//!   dataset (an earlier try of the same change landed): answer from it.
 //! * Every other error means nothing of the call was written.
 
 pub mod archive;
 pub mod codec;
 mod error;
 mod group;
+pub mod idempotency;
 mod pg;
 mod rows;
 pub mod snapshots;
@@ -83,9 +86,10 @@ mod sqlite;
 use std::sync::Arc;
 
 pub use error::StoreError;
-pub(crate) use rows::{pipelined_load, prepare, Prepared, RawRow, RowChecker};
+pub(crate) use rows::{pipelined_load, prepare_keyed, Prepared, RawRow, RowChecker};
 
 pub use codec::{CodecError, StepPayload};
+pub use idempotency::{valid_key, IdempotencyKey, StoredKey};
 pub use snapshots::{CompactionInfo, DatasetStorage, SnapshotInfo, StorageStats, CHUNK_BYTES};
 
 /// The store the server uses when none is configured.
@@ -197,6 +201,20 @@ pub trait Store: Send + Sync {
     /// through [`append_async`] from async code. An empty `records` returns `Ok`
     /// with no sequence numbers and touches nothing.
     fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError>;
+
+    /// Like [`Store::append`], storing `key` with the records in the same
+    /// transaction ([`idempotency`]): a key this dataset already used is
+    /// [`StoreError::KeyUsed`] and nothing of the call is written. `None`: a
+    /// plain append.
+    fn append_keyed(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Vec<u64>, StoreError>;
+
+    /// The change stored with `key` for `dataset`, if any (read beside the
+    /// writer, from what is committed).
+    fn find_key(&self, dataset: &str, key: &str) -> Result<Option<StoredKey>, StoreError>;
 
     /// Streams every record to `visit` in sequence order, verifying checksums and
     /// contiguity as it goes. Records are read on a helper thread while `visit`
@@ -366,8 +384,17 @@ pub async fn append_async(
     store: &Arc<dyn Store>,
     records: Vec<Record>,
 ) -> Result<Vec<u64>, StoreError> {
+    append_keyed_async(store, records, None).await
+}
+
+/// [`append_async`] with the change's idempotency key ([`Store::append_keyed`]).
+pub async fn append_keyed_async(
+    store: &Arc<dyn Store>,
+    records: Vec<Record>,
+    key: Option<IdempotencyKey>,
+) -> Result<Vec<u64>, StoreError> {
     let worker = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || worker.append(records)).await {
+    match tokio::task::spawn_blocking(move || worker.append_keyed(records, key)).await {
         Ok(result) => result,
         Err(join) => Err(StoreError::OutcomeUnknown {
             store: store.describe(),
@@ -500,7 +527,7 @@ mod tests {
             },
         ];
         for bad in cases {
-            let err = prepare(vec![ok.clone(), bad]).err().expect("refused");
+            let err = rows::prepare(vec![ok.clone(), bad]).err().expect("refused");
             assert!(
                 matches!(err, StoreError::InvalidRecord { index: 1, .. }),
                 "{err}"
