@@ -5,6 +5,7 @@
 
 use super::auth::Access;
 use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
+use super::idempotency::IdempotencyHeader;
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use super::task::run_to_completion;
@@ -193,9 +194,11 @@ fn view_of(ds: &Dataset, ledger: &Ledger) -> ApiResult<DatasetView> {
 async fn create_dataset(
     State(state): S,
     Auth(claims): Auth,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<impl IntoResponse> {
     claims.authorize(Access::Admin)?;
+    let key = idempotency.key(body.bytes())?;
     let body: CreateDataset = body.json()?;
     let setup = DatasetSetup {
         release_budget: body
@@ -209,7 +212,7 @@ async fn create_dataset(
     let (st, id, config) = (state.clone(), body.id.clone(), body.config);
     run_to_completion(async move {
         st.engine
-            .create_dataset(&id, config, setup)
+            .create_dataset(&id, config, setup, key)
             .await
             .map(|_| ())
     })
@@ -248,10 +251,12 @@ async fn archive_dataset(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
 ) -> ApiResult<Json<DatasetView>> {
     claims.authorize(Access::Curate(&id))?;
+    let key = idempotency.key(b"")?;
     let (st, id2) = (state.clone(), id.clone());
-    run_to_completion(async move { st.engine.archive(&id2).await }).await?;
+    run_to_completion(async move { st.engine.archive(&id2, key).await }).await?;
     Ok(Json(view(&state, &id).await?))
 }
 
@@ -265,9 +270,13 @@ async fn report_step(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<Json<StepOutcome>> {
     claims.authorize(Access::Train(&id))?;
+    // Steps are exactly once by (step, part) already (a retry is answered with
+    // its first outcome): a key is checked for form only.
+    idempotency.key(b"")?;
     let report = body.step_report()?;
     let span =
         tracing::info_span!("step", dataset = %id, step = report.step, batch = report.ids.len());
@@ -334,13 +343,15 @@ async fn refresh(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<Json<RefreshOutcome>> {
     claims.authorize(Access::Train(&id))?;
+    let key = idempotency.key(body.bytes())?;
     let body: RefreshRequest = body.json()?;
     let (st, id2) = (state.clone(), id.clone());
     Ok(Json(
-        run_to_completion(async move { st.engine.refresh(&id2, body.ids, body.norms).await })
+        run_to_completion(async move { st.engine.refresh(&id2, body.ids, body.norms, key).await })
             .await?,
     ))
 }

@@ -47,6 +47,21 @@ impl From<EngineError> for Problem {
                 Problem::conflict(detail).with_budget(refusal)
             }
             EngineError::Store(StoreError::Duplicate { .. }) => Problem::conflict(detail),
+            // Never "nothing was applied": the change may be in the log.
+            EngineError::Store(StoreError::OutcomeUnknown { .. }) => {
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "outcome-unknown", detail)
+            }
+            // Another request with the same key is being applied (the draft's 409).
+            EngineError::Store(StoreError::KeyUsed { .. }) => {
+                Problem::new(StatusCode::CONFLICT, "idempotency-key-in-use", detail)
+                    .with_field("Idempotency-Key")
+            }
+            EngineError::KeyReused { .. } => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                detail,
+            )
+            .with_field("Idempotency-Key"),
             EngineError::Store(_) | EngineError::Unavailable(_) => {
                 Problem::internal(StatusCode::SERVICE_UNAVAILABLE, detail)
             }

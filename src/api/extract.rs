@@ -140,6 +140,11 @@ impl RawBody {
         Ok(value)
     }
 
+    /// The body as received (what an idempotency key is bound to).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// A step report, as JSON or in the compact binary encoding.
     pub fn step_report(&self) -> Result<crate::ledger::StepReport, Problem> {
         if self.content_type.starts_with(BINARY_STEP) {

@@ -15,6 +15,7 @@
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
 //! | `extract.rs` | extractors that turn rejections into problems; raw bodies kept until authorised |
+//! | `idempotency.rs` | the `Idempotency-Key` header, bound to a digest of its request |
 //! | `auth.rs` | bearer tokens: verification, claims, roles and scopes |
 //! | `permissions.rs` | the one table of which endpoint authorises which scope |
 //! | `errors.rs` | the one mapping of domain errors to problem documents |
@@ -34,6 +35,7 @@ mod cluster_routes;
 mod dataset_routes;
 mod errors;
 pub mod extract;
+pub mod idempotency;
 pub mod permissions;
 pub mod problem;
 mod release_routes;

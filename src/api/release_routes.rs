@@ -3,6 +3,7 @@
 
 use super::auth::{Access, Claims};
 use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
+use super::idempotency::IdempotencyHeader;
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use super::task::run_to_completion;
@@ -83,13 +84,16 @@ async fn create_release(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<impl IntoResponse> {
     claims.authorize(Access::Curate(&id))?;
+    let key = idempotency.key(body.bytes())?;
     let mut request: ReleaseRequest = body.json()?;
     request.validate()?;
     let st = state.clone();
-    let outcome = run_to_completion(async move { st.engine.release(&id, request).await }).await?;
+    let outcome =
+        run_to_completion(async move { st.engine.release(&id, request, key).await }).await?;
     Ok((StatusCode::CREATED, Json(outcome)))
 }
 
@@ -168,14 +172,16 @@ async fn set_budget(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<Json<BudgetStatus>> {
     claims.authorize(Access::Curate(&id))?;
+    let key = idempotency.key(body.bytes())?;
     let request: BudgetRequest = body.json()?;
     let rho = request.to_rho()?;
     let st = state.clone();
     Ok(Json(
-        run_to_completion(async move { st.engine.set_release_budget(&id, rho).await }).await?,
+        run_to_completion(async move { st.engine.set_release_budget(&id, rho, key).await }).await?,
     ))
 }
 
@@ -203,14 +209,18 @@ async fn set_policy(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<Json<PolicyView>> {
     claims.authorize(Access::Curate(&id))?;
+    let key = idempotency.key(body.bytes())?;
     let update: PolicyUpdate = body.json()?;
     let st = state.clone();
     let policy =
-        run_to_completion(async move { st.engine.set_release_policy(&id, update.policy).await })
-            .await?;
+        run_to_completion(
+            async move { st.engine.set_release_policy(&id, update.policy, key).await },
+        )
+        .await?;
     Ok(Json(PolicyView {
         policy,
         policy_error: None,
@@ -226,13 +236,15 @@ async fn set_labels(
     State(state): S,
     Auth(claims): Auth,
     ApiPath(id): ApiPath<String>,
+    idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<Json<LabelsView>> {
     claims.authorize(Access::Curate(&id))?;
+    let key = idempotency.key(body.bytes())?;
     let assignment: LabelAssignment = body.json()?;
     let st = state.clone();
     let groups =
-        run_to_completion(async move { st.engine.set_labels(&id, assignment).await }).await?;
+        run_to_completion(async move { st.engine.set_labels(&id, assignment, key).await }).await?;
     Ok(Json(LabelsView { groups }))
 }
 

@@ -146,6 +146,9 @@ impl utoipa::Modify for ApiConventions {
                         _ => sentence,
                     });
                 }
+                if path.starts_with("/v1/datasets") && matches!(method, "POST" | "PUT") {
+                    super::idempotency::document(op);
+                }
                 let responses = &mut op.responses.responses;
                 // Errors are RFC 9457 documents.
                 for (code, response) in responses.iter_mut() {
@@ -166,10 +169,19 @@ impl utoipa::Modify for ApiConventions {
                         .entry("415".into())
                         .or_insert_with(|| RefOr::T(problem("Unsupported Content-Type")));
                 }
-                if path.starts_with("/v1/datasets") && op.request_body.is_some() {
+                if path.starts_with("/v1/datasets") && matches!(method, "POST" | "PUT") {
                     responses.entry("503".into()).or_insert_with(|| {
                         RefOr::T(problem(
-                            "The store could not make the change durable; nothing was acknowledged",
+                            "Not acknowledged. `urn:dpledger:problem:outcome-unknown`: the \
+                             store did not confirm the commit, so the change may or may not \
+                             have been applied (retry with the same Idempotency-Key); any \
+                             other type: nothing was applied",
+                        ))
+                    });
+                    responses.entry("422".into()).or_insert_with(|| {
+                        RefOr::T(problem(
+                            "The Idempotency-Key was used with a different request \
+                             (`urn:dpledger:problem:idempotency-key-reused`)",
                         ))
                     });
                 }

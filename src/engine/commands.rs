@@ -5,11 +5,12 @@
 use super::book::{apply_setting, export_gauges, json_record, BudgetPayload, PolicyPayload};
 use super::dataset::{valid_dataset_id, Dataset};
 use super::error::{EngineError, EngineResult};
+use super::idempotency::Persisted;
 use super::Engine;
 use crate::ledger::{DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport};
 use crate::release::{LabelAssignment, ReleasePolicy};
 use crate::store::codec::StepPayload;
-use crate::store::{Record, RecordKind, StoreError};
+use crate::store::{IdempotencyKey, Record, RecordKind, StoreError};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -73,12 +74,14 @@ impl DatasetSetup {
 
 impl Engine {
     /// Create a dataset, with its optional release settings (stored with the
-    /// creation, atomically). A conflict if the id is taken.
+    /// creation, atomically). A conflict if the id is taken, unless by this very
+    /// creation (the same idempotency `key` and request): then the dataset.
     pub async fn create_dataset(
         &self,
         id: &str,
         config: DatasetConfig,
         setup: DatasetSetup,
+        key: Option<IdempotencyKey>,
     ) -> EngineResult<Arc<Dataset>> {
         if !valid_dataset_id(id) {
             return Err(EngineError::BadRequest {
@@ -89,9 +92,19 @@ impl Engine {
         }
         let ledger = Ledger::new(config.clone())?;
         let settings = setup.records(id, &ledger)?;
+        if let (Some(existing), Some(key)) = (self.datasets.get(id).map(|d| d.clone()), &key) {
+            if let Some(found) = self.find_key(id, &key.key).await? {
+                if found.request != key.request {
+                    return Err(EngineError::KeyReused {
+                        key: key.key.clone(),
+                    });
+                }
+                return Ok(existing);
+            }
+        }
         // The entry is reserved first so two concurrent creates cannot both persist.
         let dataset = Arc::new(Dataset::new(id, ledger));
-        let guard = dataset.ledger.write().await;
+        let mut guard = dataset.ledger.write().await;
         // Cluster mode: placed on this node, whose new lease is claimed first
         // so that the creation record is fenced like every other.
         let _creating = match &self.cluster {
@@ -114,6 +127,31 @@ impl Engine {
                 v.insert(dataset.clone());
             }
         }
+        if let Some(key) = &key {
+            // The creation this key made may be in the log but not in memory (its
+            // outcome was unknown, or another process made it).
+            match self.find_key(id, &key.key).await {
+                Ok(None) => {}
+                Ok(Some(found)) if found.request == key.request => {
+                    if let Err(e) = self.reload_into(&dataset, &mut guard).await {
+                        self.datasets.remove_if(id, |_, d| Arc::ptr_eq(d, &dataset));
+                        return Err(e);
+                    }
+                    drop(guard);
+                    return Ok(dataset);
+                }
+                Ok(Some(_)) => {
+                    self.datasets.remove_if(id, |_, d| Arc::ptr_eq(d, &dataset));
+                    return Err(EngineError::KeyReused {
+                        key: key.key.clone(),
+                    });
+                }
+                Err(e) => {
+                    self.datasets.remove_if(id, |_, d| Arc::ptr_eq(d, &dataset));
+                    return Err(e);
+                }
+            }
+        }
         let payload = serde_json::to_vec(&CreatedPayload { config }).map_err(|e| {
             EngineError::BadRequest {
                 detail: e.to_string(),
@@ -133,19 +171,28 @@ impl Engine {
             .iter()
             .map(|r| (r.kind, r.payload.clone()))
             .collect();
-        if let Err(e) = self.persist(&dataset, records).await {
+        if let Err(e) = self.persist(&dataset, records, key).await {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
                 // The creation may be in the log: keep the entry only if it is.
-                let mut guard = guard;
-                if self.reload_into(&dataset, &mut guard).await.is_ok() {
-                    drop(guard);
-                    return Ok(dataset);
+                // Until that is known the dataset is stale (refused to readers)
+                // and reloaded in the background: forgotten if not in the log.
+                match self.reload_into(&dataset, &mut guard).await {
+                    Ok(()) => {
+                        drop(guard);
+                        return Ok(dataset);
+                    }
+                    Err(EngineError::NotFound(_)) => {}
+                    Err(_) => {
+                        drop(guard);
+                        self.heal(&dataset);
+                        return Err(EngineError::store(e));
+                    }
                 }
             }
             if matches!(e, StoreError::Fenced { .. }) {
                 return Err(self.lose(&dataset));
             }
-            self.datasets.remove(id);
+            self.datasets.remove_if(id, |_, d| Arc::ptr_eq(d, &dataset));
             return Err(EngineError::store(e));
         }
         {
@@ -154,7 +201,7 @@ impl Engine {
                 // Checked by `DatasetSetup::records` against this very ledger.
                 if let Err(e) = apply_setting(&guard, &mut book, *kind, payload) {
                     tracing::error!(dataset = id, error = %e, "setting persisted but not applied");
-                    dataset.mark_stale();
+                    self.heal(&dataset);
                 }
             }
             export_gauges(id, &book);
@@ -180,7 +227,7 @@ impl Engine {
             part: Some(part.index),
             payload: payload_from_report(&report).encode(),
         };
-        match self.persist(&ds, vec![record]).await {
+        match self.persist(&ds, vec![record], None).await {
             Ok(()) => {}
             Err(e @ (StoreError::Duplicate { .. } | StoreError::OutcomeUnknown { .. })) => {
                 // Memory may be behind the log (another process stored this step, or
@@ -191,8 +238,13 @@ impl Engine {
                 match self.reload_into(&ds, &mut ledger).await {
                     Ok(()) => {}
                     Err(p) => {
-                        ds.mark_stale();
-                        return Err(p);
+                        self.heal(&ds);
+                        // Still unknown: say so (a retry of the step is safe).
+                        return Err(if matches!(e, StoreError::OutcomeUnknown { .. }) {
+                            EngineError::store(e)
+                        } else {
+                            p
+                        });
                     }
                 }
                 return match ledger.check_step(&report)? {
@@ -213,7 +265,7 @@ impl Engine {
             // check_step promised this cannot happen; the log is the truth, so the
             // next request reloads the ledger from it.
             tracing::error!(dataset = id, step = report.step, error = %e, "step persisted but not applied");
-            ds.mark_stale();
+            self.heal(&ds);
             EngineError::Internal(
                 "step recorded but not applied: the dataset will be reloaded from the log; retry"
                     .to_string(),
@@ -228,15 +280,21 @@ impl Engine {
         Ok(outcome)
     }
 
-    /// Apply a full-batch refresh: validate, persist, apply.
+    /// Apply a full-batch refresh: validate, persist, apply. A retry with the
+    /// same idempotency `key` is answered from the refresh it made (with the
+    /// ids' thresholds as they are now), never applied twice.
     pub async fn refresh(
         &self,
         id: &str,
         ids: Vec<u64>,
         norms: Vec<f64>,
+        key: Option<IdempotencyKey>,
     ) -> EngineResult<RefreshOutcome> {
-        let ds = self.writable(id)?;
+        let ds = self.dataset(id)?;
         let mut ledger = ds.ledger.write().await;
+        if let Some(done) = self.replayed(&ds, &mut ledger, key.as_ref()).await? {
+            return refresh_answer(&ledger, &ids, &done.answer);
+        }
         self.locked_checks(&ds, &mut ledger).await?;
         ledger.check_refresh(&ids, &norms)?;
         let payload = StepPayload {
@@ -254,11 +312,20 @@ impl Engine {
             part: None,
             payload: payload.encode(),
         };
+        let key = key.map(|k| IdempotencyKey {
+            answer: payload.step.to_string().into_bytes(),
+            ..k
+        });
         // The refresh may be in the log even on error: memory then catches up first.
-        self.persist_change(&ds, vec![record]).await?;
+        if let Persisted::Done(done) = self
+            .persist_keyed(&ds, &mut ledger, vec![record], key)
+            .await?
+        {
+            return refresh_answer(&ledger, &payload.ids, &done.answer);
+        }
         ledger.refresh(&payload.ids, &payload.norms).map_err(|e| {
             tracing::error!(dataset = id, error = %e, "refresh persisted but not applied");
-            ds.mark_stale();
+            self.heal(&ds);
             EngineError::Internal(
                 "refresh recorded but not applied: the dataset will be reloaded from the log"
                     .to_string(),
@@ -266,11 +333,17 @@ impl Engine {
         })
     }
 
-    /// Archive a dataset: read-only from then on, never deleted.
-    pub async fn archive(&self, id: &str) -> EngineResult<()> {
+    /// Archive a dataset: read-only from then on, never deleted. Archiving an
+    /// archived dataset changes nothing (and is answered as a success).
+    pub async fn archive(&self, id: &str, key: Option<IdempotencyKey>) -> EngineResult<()> {
         let ds = self.dataset(id)?;
         let mut ledger = ds.ledger.write().await;
-        if ds.archived.load(Ordering::Acquire) {
+        if self
+            .replayed(&ds, &mut ledger, key.as_ref())
+            .await?
+            .is_some()
+            || ds.archived.load(Ordering::Acquire)
+        {
             return Ok(());
         }
         self.locked_checks(&ds, &mut ledger).await?;
@@ -281,10 +354,37 @@ impl Engine {
             part: None,
             payload: Vec::new(),
         };
-        self.persist_change(&ds, vec![record]).await?;
-        ds.archived.store(true, Ordering::Release);
+        if let Persisted::Stored = self
+            .persist_keyed(&ds, &mut ledger, vec![record], key)
+            .await?
+        {
+            ds.archived.store(true, Ordering::Release);
+        }
         Ok(())
     }
+}
+
+/// The answer to a retried refresh: the step it took effect at (stored with
+/// its key), and the refreshed ids' thresholds and retirements as they are now.
+fn refresh_answer(ledger: &Ledger, ids: &[u64], stored: &[u8]) -> EngineResult<RefreshOutcome> {
+    let effective_step = std::str::from_utf8(stored)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            EngineError::Internal("the stored answer of this refresh is unreadable".to_string())
+        })?;
+    let mut thresholds = Vec::with_capacity(ids.len());
+    let mut retired = Vec::new();
+    for &i in ids {
+        let range = i..i.saturating_add(1);
+        thresholds.extend(ledger.thresholds(range.clone())?);
+        retired.extend(ledger.retired_in(range));
+    }
+    Ok(RefreshOutcome {
+        effective_step,
+        thresholds,
+        retired,
+    })
 }
 
 /// The durable encoding of a step report.

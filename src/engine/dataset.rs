@@ -38,6 +38,9 @@ pub struct Dataset {
     /// be applied, or a commit's outcome is unknown and reloading failed). Writers
     /// reload from the log first; readers are refused until then.
     pub stale: AtomicBool,
+    /// Set while a background task reloads the stale dataset
+    /// (`idempotency.rs`): one at a time.
+    pub(super) healing: AtomicBool,
     /// Releases, release budget, labels and policy. Changed only while the
     /// ledger's write lock is held (so releases and steps are ordered as in the
     /// log), except the policy's last refusal, a status that is not in the log;
@@ -125,6 +128,7 @@ impl Dataset {
             ledger: RwLock::new(ledger),
             archived: AtomicBool::new(false),
             stale: AtomicBool::new(false),
+            healing: AtomicBool::new(false),
             book: std::sync::RwLock::new(ReleaseBook::default()),
             pld_cache: std::sync::Mutex::new(PldCache::default()),
             last_seq: AtomicU64::new(0),
@@ -219,7 +223,8 @@ impl Dataset {
         self.archived.load(Ordering::Acquire)
     }
 
-    /// Mark memory as possibly behind the log: the next writer reloads it.
+    /// Mark memory as possibly behind the log: the next writer reloads it (use
+    /// `Engine::heal`, which also reloads it in the background at once).
     pub(super) fn mark_stale(&self) {
         self.stale.store(true, Ordering::Release);
     }

@@ -73,9 +73,20 @@ pub enum EngineError {
         /// How many examples the filter would retire.
         would_retire: u64,
     },
-    /// The store refused or failed an append; nothing was acknowledged.
+    /// The store refused or failed an append; nothing was acknowledged. With
+    /// [`StoreError::OutcomeUnknown`] the change may nevertheless be in the log
+    /// (the client is told so, never that nothing was applied).
     #[error("{}", store_detail(.0))]
     Store(StoreError),
+    /// The idempotency key was used for another request on this dataset.
+    #[error(
+        "Idempotency-Key {key:?} was already used with a different request on this dataset: \
+         send a new key for a new request"
+    )]
+    KeyReused {
+        /// The key.
+        key: String,
+    },
     /// The dataset is not servable right now (memory may be behind the log, or the
     /// log could not be read back): retrying later helps.
     #[error("{0}")]
@@ -126,7 +137,7 @@ impl EngineError {
 
     /// A store failure, logged where it happens (the client only hears "retry").
     pub(crate) fn store(e: StoreError) -> Self {
-        if !matches!(e, StoreError::Duplicate { .. }) {
+        if !matches!(e, StoreError::Duplicate { .. } | StoreError::KeyUsed { .. }) {
             tracing::error!(error = %e, "store append failed; nothing was acknowledged");
         }
         EngineError::Store(e)
@@ -146,6 +157,14 @@ fn store_detail(e: &StoreError) -> String {
             "step {step} part {} of dataset {dataset} is already recorded in the store by another \
              dpledger process; this process's view is stale (restart it to reload the log)",
             part.unwrap_or(0)
+        ),
+        StoreError::OutcomeUnknown { .. } => "the store did not confirm the commit of this change: \
+             it may or may not have been applied (the dataset is being reloaded from the log). \
+             Retry with the same Idempotency-Key: the retry is answered from the change if it \
+             was applied, and applies it once if it was not"
+            .to_string(),
+        StoreError::KeyUsed { key, .. } => format!(
+            "Idempotency-Key {key:?} is being used by another request on this dataset: retry"
         ),
         _ => "the store could not make this change durable; nothing was applied or acknowledged: retry"
             .to_string(),

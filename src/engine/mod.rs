@@ -23,6 +23,7 @@
 //! | `policy.rs` | automatic releases every N steps, off the write lock |
 //! | `data_dependent.rs` | seed 001's analysis over several runs, read from the ledgers and the log |
 //! | `error.rs` | the domain errors ([`EngineError`]) |
+//! | `idempotency.rs` | changes safe to retry (idempotency keys), and reloading a stale dataset in the background |
 //! | `bounds.rs` | the PLD worst case (cached) and the bounds it gives examples and releases |
 //! | `estimate.rs` | per-example PLD estimates (not a guarantee) from cached level spectra |
 //! | `snapshots.rs` | snapshot policy, taking one while steps flow, pruning, loading the newest valid one |
@@ -51,6 +52,7 @@ mod dataset;
 mod error;
 mod estimate;
 pub use estimate::estimate_cache;
+mod idempotency;
 mod paging;
 mod policy;
 mod recovery;
@@ -75,7 +77,9 @@ pub use storage::{
 };
 
 use crate::ledger::Ledger;
-use crate::store::{append_async, append_fenced_async, Record, RecordKind, Store, StoreError};
+use crate::store::{
+    append_fenced_async, append_keyed_async, IdempotencyKey, Record, RecordKind, Store, StoreError,
+};
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -176,6 +180,19 @@ impl Engine {
         if ds.is_archived() {
             return Err(Self::archived_error(&ds.id));
         }
+        self.catch_up(ds, ledger).await
+    }
+
+    /// Bring memory up to the log (reloading a stale dataset, loading a paged-out
+    /// one); the caller holds the write lock.
+    async fn catch_up(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) -> EngineResult<()> {
+        let registered = self
+            .datasets
+            .get(&ds.id)
+            .is_some_and(|d| Arc::ptr_eq(&d, ds));
+        if !registered {
+            return Err(EngineError::NotFound(format!("no dataset {:?}", ds.id)));
+        }
         ds.touch();
         if ds.stale.load(std::sync::atomic::Ordering::Acquire) {
             self.reload_into(ds, ledger).await?;
@@ -190,7 +207,12 @@ impl Engine {
     /// Append records of `ds` durably (group commit), timing the commit, and
     /// note them on the dataset (the caller holds its write lock and applies them
     /// next; if it cannot, it marks the dataset stale and it is reloaded).
-    async fn persist(&self, ds: &Dataset, records: Vec<Record>) -> Result<(), StoreError> {
+    async fn persist(
+        &self,
+        ds: &Dataset,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<(), StoreError> {
         let started = Instant::now();
         let kinds: Vec<(RecordKind, Vec<u8>)> = records
             .iter()
@@ -201,10 +223,10 @@ impl Engine {
             &self.cluster,
             ds.epoch.load(std::sync::atomic::Ordering::Acquire),
         ) {
-            (None, _) => append_async(&self.store, records).await?,
+            (None, _) => append_keyed_async(&self.store, records, key).await?,
             // A cluster node writes only under a lease (epoch >= 1); epoch 0
             // is sent as such and refused by the database (fail closed).
-            (Some(_), epoch) => append_fenced_async(&self.store, records, epoch).await?,
+            (Some(_), epoch) => append_fenced_async(&self.store, records, key, epoch).await?,
         };
         let book: Vec<(RecordKind, &[u8])> = kinds.iter().map(|(k, p)| (*k, &p[..])).collect();
         ds.note_records(&seqs, &book);
@@ -213,13 +235,19 @@ impl Engine {
         Ok(())
     }
 
-    /// Persist a change to `ds` (whose write lock the caller holds). When the
-    /// commit's outcome is unknown the change may be in the log, so the dataset is
-    /// marked stale and reloaded before anything else touches it.
-    async fn persist_change(&self, ds: &Dataset, records: Vec<Record>) -> EngineResult<()> {
-        self.persist(ds, records).await.map_err(|e| {
+    /// Persist a change to `ds` (whose write lock the caller holds), with its
+    /// idempotency key if it has one. When the commit's outcome is unknown the
+    /// change may be in the log, so the dataset is marked stale and reloaded in
+    /// the background at once (reads wait for that, writers reload first).
+    async fn persist_change(
+        &self,
+        ds: &Dataset,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> EngineResult<()> {
+        self.persist(ds, records, key).await.map_err(|e| {
             if matches!(e, StoreError::OutcomeUnknown { .. }) {
-                ds.mark_stale();
+                self.heal(ds);
             }
             if matches!(e, StoreError::Fenced { .. }) {
                 return self.lose(ds);

@@ -238,7 +238,10 @@ mod tests {
             release_policy: Some(policy),
         };
         let config = DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5);
-        let ds = engine.create_dataset("d", config, setup).await.unwrap();
+        let ds = engine
+            .create_dataset("d", config, setup, None)
+            .await
+            .unwrap();
         (engine, ds)
     }
 

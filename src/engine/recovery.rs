@@ -122,6 +122,7 @@ impl Engine {
     /// caller holds the dataset's write lock.
     pub(super) async fn reload(&self, id: &str) -> EngineResult<Arc<Dataset>> {
         let store = self.store.clone();
+        let name = id.to_string();
         let id = id.to_string();
         let rebuilt =
             tokio::task::spawn_blocking(move || -> anyhow::Result<Option<Arc<Dataset>>> {
@@ -154,7 +155,7 @@ impl Engine {
                     "the store could not be read back; nothing was acknowledged: retry".to_string(),
                 )
             })?;
-        rebuilt.ok_or_else(|| EngineError::Internal("dataset missing from the log".to_string()))
+        rebuilt.ok_or_else(|| EngineError::NotFound(format!("no dataset {name:?} in the log")))
     }
 }
 

@@ -32,13 +32,16 @@ use super::background::background;
 use super::bounds::blocking;
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
-use super::releases::{check_bound, check_budget, check_charge, check_labels, now_secs};
+use super::releases::{
+    check_bound, check_budget, check_charge, check_labels, now_secs, released_answer,
+};
 use super::{Engine, ReleaseOutcome};
 use crate::accounting::pld::PldEvent;
 use crate::accounting::Conversion;
 use crate::ledger::bounds::{bounded_epsilon, combine_worst_case, PldWorstCase};
 use crate::ledger::{Ledger, ViewToken, WorstCase};
 use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
+use crate::store::IdempotencyKey;
 use rand::SeedableRng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +77,8 @@ pub(super) struct OpenView {
     labels: Option<Labels>,
     examples: usize,
     open: bool,
+    /// A curator's idempotency key, stored with the release at commit.
+    key: Option<IdempotencyKey>,
 }
 
 impl Drop for OpenView {
@@ -98,20 +103,27 @@ impl Drop for OpenView {
 impl Engine {
     /// Publish a release requested by a curator, computed from a view of the
     /// ledger so that steps keep flowing meanwhile (module note).
+    /// A retry with the same idempotency `key` is answered with the release
+    /// that key made, and charged nothing more.
     pub async fn release(
         &self,
         id: &str,
         mut request: ReleaseRequest,
+        key: Option<IdempotencyKey>,
     ) -> EngineResult<ReleaseOutcome> {
         request.validate()?;
-        let ds = self.writable(id)?;
+        let ds = self.dataset(id)?;
         // One release at a time per dataset (one view per ledger).
         let _turn = ds.release_turn.lock().await;
-        let view = {
+        let mut view = {
             let mut ledger = ds.ledger.write().await;
+            if let Some(done) = self.replayed(&ds, &mut ledger, key.as_ref()).await? {
+                return released_answer(&ds, &done);
+            }
             self.locked_checks(&ds, &mut ledger).await?;
             open_view(&ds, &mut ledger, &request)?
         };
+        view.key = key;
         self.compute_and_commit(view, request, ReleaseTrigger::Request)
             .await
     }
@@ -219,7 +231,8 @@ impl Engine {
         }
         check_charge(&ledger, release.rho)?;
         release.released_at = now_secs();
-        self.publish(&ds, &mut ledger, release).await
+        let key = view.key.take();
+        self.publish(&ds, &mut ledger, release, key).await
     }
 }
 
@@ -258,6 +271,7 @@ pub(super) fn open_view(
         labels,
         examples: ledger.examples() as usize,
         open: true,
+        key: None,
     })
 }
 
@@ -352,7 +366,7 @@ mod tests {
         let engine = Engine::recover(crate::store::open(&url).unwrap()).unwrap();
         let config = DatasetConfig::poisson(1000, 0.1, 1.0, 1.0, 1e-5);
         let ds = engine
-            .create_dataset("d", config, DatasetSetup::default())
+            .create_dataset("d", config, DatasetSetup::default(), None)
             .await
             .unwrap();
         let report = StepReport::new(0, vec![0, 1, 2], vec![0.5, 2.0, 0.1]);

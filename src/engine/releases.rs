@@ -10,10 +10,11 @@ use super::book::{
 };
 use super::dataset::Dataset;
 use super::error::{BudgetRefusal, EngineError, EngineResult};
+use super::idempotency::Persisted;
 use super::Engine;
 use crate::ledger::Ledger;
 use crate::release::{rdp_of_rho, BudgetStatus, LabelAssignment, Release, ReleasePolicy};
-use crate::store::RecordKind;
+use crate::store::{IdempotencyKey, RecordKind, StoredKey};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -111,13 +112,21 @@ impl Engine {
         ds: &Dataset,
         ledger: &mut Ledger,
         release: Release,
+        key: Option<IdempotencyKey>,
     ) -> EngineResult<ReleaseOutcome> {
         let rec = json_record(&ds.id, RecordKind::Release, &release)?;
-        self.persist_change(ds, vec![rec]).await?;
+        // A retry is answered with this very release: it is stored with the key.
+        let key = key.map(|k| IdempotencyKey {
+            answer: rec.payload.clone(),
+            ..k
+        });
+        if let Persisted::Done(done) = self.persist_keyed(ds, ledger, vec![rec], key).await? {
+            return released_answer(ds, &done);
+        }
         let mut book = ds.book_write();
         apply_release(ledger, &mut book, release.clone()).map_err(|e| {
             tracing::error!(dataset = ds.id, error = %e, "release persisted but not applied");
-            ds.mark_stale();
+            self.heal(ds);
             EngineError::Internal(
                 "release recorded but not applied: the dataset will be reloaded from the log"
                     .to_string(),
@@ -132,25 +141,39 @@ impl Engine {
     }
 
     /// Persist and apply one release setting (budget, labels, policy) after `check`
-    /// accepted it against the current book.
+    /// accepted it against the current book. A retry with the same idempotency
+    /// `key` finds the setting made and changes nothing (the answer describes
+    /// the settings as they are now).
     async fn change_setting(
         &self,
         id: &str,
         kind: RecordKind,
         payload: &impl Serialize,
         check: impl FnOnce(&Ledger, &ReleaseBook) -> EngineResult<()>,
+        key: Option<IdempotencyKey>,
     ) -> EngineResult<Arc<Dataset>> {
-        let ds = self.writable(id)?;
+        let ds = self.dataset(id)?;
         let mut ledger = ds.ledger.write().await;
+        if self
+            .replayed(&ds, &mut ledger, key.as_ref())
+            .await?
+            .is_some()
+        {
+            drop(ledger);
+            return Ok(ds);
+        }
         self.locked_checks(&ds, &mut ledger).await?;
         check(&ledger, &ds.book_read())?;
         let rec = json_record(id, kind, payload)?;
         let bytes = rec.payload.clone();
-        self.persist_change(&ds, vec![rec]).await?;
+        if let Persisted::Done(_) = self.persist_keyed(&ds, &mut ledger, vec![rec], key).await? {
+            drop(ledger);
+            return Ok(ds);
+        }
         let mut book = ds.book_write();
         if let Err(e) = apply_setting(&ledger, &mut book, kind, &bytes) {
             tracing::error!(dataset = id, error = %e, "setting persisted but not applied");
-            ds.mark_stale();
+            self.heal(&ds);
             return Err(EngineError::Internal(e));
         }
         export_gauges(id, &book);
@@ -160,7 +183,12 @@ impl Engine {
     }
 
     /// Set the release budget; it can never drop below what is spent.
-    pub async fn set_release_budget(&self, id: &str, rho: f64) -> EngineResult<BudgetStatus> {
+    pub async fn set_release_budget(
+        &self,
+        id: &str,
+        rho: f64,
+        key: Option<IdempotencyKey>,
+    ) -> EngineResult<BudgetStatus> {
         let ds = self
             .change_setting(
                 id,
@@ -179,6 +207,7 @@ impl Engine {
                     }
                     Ok(())
                 },
+                key,
             )
             .await?;
         let budget = ds.book_read().budget;
@@ -186,13 +215,24 @@ impl Engine {
     }
 
     /// Assign group labels.
-    pub async fn set_labels(&self, id: &str, a: LabelAssignment) -> EngineResult<Vec<String>> {
+    pub async fn set_labels(
+        &self,
+        id: &str,
+        a: LabelAssignment,
+        key: Option<IdempotencyKey>,
+    ) -> EngineResult<Vec<String>> {
         let ds = self
-            .change_setting(id, RecordKind::Labels, &a, |ledger, book| {
-                book.labels
-                    .check(ledger.examples(), &a)
-                    .map_err(EngineError::from)
-            })
+            .change_setting(
+                id,
+                RecordKind::Labels,
+                &a,
+                |ledger, book| {
+                    book.labels
+                        .check(ledger.examples(), &a)
+                        .map_err(EngineError::from)
+                },
+                key,
+            )
             .await?;
         let names = ds.book_read().labels.names().to_vec();
         Ok(names)
@@ -203,13 +243,28 @@ impl Engine {
         &self,
         id: &str,
         mut policy: Option<ReleasePolicy>,
+        key: Option<IdempotencyKey>,
     ) -> EngineResult<Option<ReleasePolicy>> {
         if let Some(p) = &mut policy {
             p.validate()?;
         }
         let payload = PolicyPayload { policy };
-        self.change_setting(id, RecordKind::ReleasePolicy, &payload, |_, _| Ok(()))
+        self.change_setting(id, RecordKind::ReleasePolicy, &payload, |_, _| Ok(()), key)
             .await?;
         Ok(payload.policy)
     }
+}
+
+/// The answer to a retried release: the release its key stored, and the budget
+/// as it is now.
+pub(super) fn released_answer(ds: &Dataset, done: &StoredKey) -> EngineResult<ReleaseOutcome> {
+    let release: Release = serde_json::from_slice(&done.answer).map_err(|e| {
+        EngineError::Internal(format!(
+            "the stored answer of this release is unreadable: {e}"
+        ))
+    })?;
+    Ok(ReleaseOutcome {
+        release,
+        budget: ds.book_read().budget,
+    })
 }

@@ -61,6 +61,15 @@ pub enum StoreError {
         /// The part (`None`: the whole step, which shares part 0's key).
         part: Option<u32>,
     },
+    /// The idempotency key is already stored for this dataset (an earlier try of
+    /// the change, by this or another process); nothing of the call was written.
+    #[error("idempotency key {key:?} of dataset {dataset:?} is already stored")]
+    KeyUsed {
+        /// The dataset.
+        dataset: String,
+        /// The key.
+        key: String,
+    },
     /// A record of the call cannot be stored as given; nothing of the call was
     /// written.
     #[error("record {index} of the append cannot be stored: {reason}")]

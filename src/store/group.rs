@@ -23,7 +23,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::{prepare, Prepared, Record, StoreError};
+use super::{prepare_keyed, IdempotencyKey, Prepared, Record, StoreError};
 
 /// Most records committed in one transaction.
 pub(crate) const MAX_GROUP_RECORDS: usize = 8192;
@@ -104,9 +104,14 @@ impl GroupWriter {
         }
     }
 
-    /// Validates `records`, queues them and waits for the group commit.
-    pub fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError> {
-        self.append_with_epoch(records, None)
+    /// Validates `records` (and `key`, stored with the first), queues them and
+    /// waits for the group commit.
+    pub fn append(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Vec<u64>, StoreError> {
+        self.append_with_epoch(records, key, None)
     }
 
     /// [`GroupWriter::append`] with every record carrying the writer's lease
@@ -114,12 +119,13 @@ impl GroupWriter {
     pub fn append_with_epoch(
         &self,
         records: Vec<Record>,
+        key: Option<IdempotencyKey>,
         epoch: Option<u64>,
     ) -> Result<Vec<u64>, StoreError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        let mut batch = prepare(records)?;
+        let mut batch = prepare_keyed(records, key)?;
         for p in &mut batch {
             p.epoch = epoch;
         }

@@ -69,6 +69,8 @@
 //!   and do not acknowledge them; before accepting more steps for the dataset,
 //!   rebuild its state from the log (or restart), because a record that did land
 //!   will be replayed at the next start and memory must not lag behind it.
+//! * [`StoreError::KeyUsed`]: the idempotency key is already stored for the
+//!   dataset (an earlier try of the same change landed): answer from it.
 //! * Every other error means nothing of the call was written.
 
 pub mod archive;
@@ -76,6 +78,7 @@ pub mod cluster;
 pub mod codec;
 mod error;
 mod group;
+pub mod idempotency;
 mod pg;
 mod rows;
 pub mod snapshots;
@@ -84,9 +87,10 @@ mod sqlite;
 use std::sync::Arc;
 
 pub use error::StoreError;
-pub(crate) use rows::{pipelined_load, prepare, Prepared, RawRow, RowChecker};
+pub(crate) use rows::{pipelined_load, prepare_keyed, Prepared, RawRow, RowChecker};
 
 pub use codec::{CodecError, StepPayload};
+pub use idempotency::{valid_key, IdempotencyKey, StoredKey};
 pub use snapshots::{CompactionInfo, DatasetStorage, SnapshotInfo, StorageStats, CHUNK_BYTES};
 
 /// The store the server uses when none is configured.
@@ -199,19 +203,38 @@ pub trait Store: Send + Sync {
     /// with no sequence numbers and touches nothing.
     fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError>;
 
-    /// [`Store::append`] fenced by a lease epoch (cluster mode, see [`cluster`]):
-    /// in the same transaction, the database checks that `epoch` is still the
-    /// current lease epoch of every record's dataset, and refuses the whole call
-    /// with [`StoreError::Fenced`] otherwise. Only PostgreSQL coordinates a
-    /// cluster; other backends refuse (fail closed).
-    fn append_fenced(&self, records: Vec<Record>, epoch: u64) -> Result<Vec<u64>, StoreError> {
-        let _ = (records, epoch);
+    /// [`Store::append_keyed`] fenced by a lease epoch (cluster mode, see
+    /// [`cluster`]): in the same transaction, the database checks that `epoch` is
+    /// still the current lease epoch of every record's dataset, and refuses the
+    /// whole call with [`StoreError::Fenced`] otherwise. Only PostgreSQL
+    /// coordinates a cluster; other backends refuse (fail closed).
+    fn append_fenced(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+        epoch: u64,
+    ) -> Result<Vec<u64>, StoreError> {
+        let _ = (records, key, epoch);
         Err(StoreError::Backend {
             store: self.describe(),
             detail: "this store cannot fence writes by lease epoch (cluster mode needs PostgreSQL)"
                 .into(),
         })
     }
+
+    /// Like [`Store::append`], storing `key` with the records in the same
+    /// transaction ([`idempotency`]): a key this dataset already used is
+    /// [`StoreError::KeyUsed`] and nothing of the call is written. `None`: a
+    /// plain append.
+    fn append_keyed(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Vec<u64>, StoreError>;
+
+    /// The change stored with `key` for `dataset`, if any (read beside the
+    /// writer, from what is committed).
+    fn find_key(&self, dataset: &str, key: &str) -> Result<Option<StoredKey>, StoreError>;
 
     /// Streams every record to `visit` in sequence order, verifying checksums and
     /// contiguity as it goes. Records are read on a helper thread while `visit`
@@ -381,8 +404,17 @@ pub async fn append_async(
     store: &Arc<dyn Store>,
     records: Vec<Record>,
 ) -> Result<Vec<u64>, StoreError> {
+    append_keyed_async(store, records, None).await
+}
+
+/// [`append_async`] with the change's idempotency key ([`Store::append_keyed`]).
+pub async fn append_keyed_async(
+    store: &Arc<dyn Store>,
+    records: Vec<Record>,
+    key: Option<IdempotencyKey>,
+) -> Result<Vec<u64>, StoreError> {
     let worker = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || worker.append(records)).await {
+    match tokio::task::spawn_blocking(move || worker.append_keyed(records, key)).await {
         Ok(result) => result,
         Err(join) => Err(StoreError::OutcomeUnknown {
             store: store.describe(),
@@ -395,10 +427,11 @@ pub async fn append_async(
 pub async fn append_fenced_async(
     store: &Arc<dyn Store>,
     records: Vec<Record>,
+    key: Option<IdempotencyKey>,
     epoch: u64,
 ) -> Result<Vec<u64>, StoreError> {
     let worker = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || worker.append_fenced(records, epoch)).await {
+    match tokio::task::spawn_blocking(move || worker.append_fenced(records, key, epoch)).await {
         Ok(result) => result,
         Err(join) => Err(StoreError::OutcomeUnknown {
             store: store.describe(),
@@ -531,7 +564,7 @@ mod tests {
             },
         ];
         for bad in cases {
-            let err = prepare(vec![ok.clone(), bad]).err().expect("refused");
+            let err = rows::prepare(vec![ok.clone(), bad]).err().expect("refused");
             assert!(
                 matches!(err, StoreError::InvalidRecord { index: 1, .. }),
                 "{err}"

@@ -20,6 +20,9 @@ pub(crate) struct Prepared {
     /// The writer's lease epoch for the record's dataset (cluster mode, see
     /// `store::cluster`); `None` outside a cluster.
     pub epoch: Option<u64>,
+    /// The idempotency key of the call, on its first record only: stored with it,
+    /// in the same savepoint.
+    pub key: Option<super::IdempotencyKey>,
 }
 
 impl Prepared {
@@ -39,6 +42,14 @@ impl Prepared {
             dataset: self.record.dataset.clone(),
             step: self.record.step.unwrap_or(0),
             part: self.record.part,
+        }
+    }
+
+    /// The error for a violation of the idempotency table's key by this record's key.
+    pub fn key_used(&self) -> StoreError {
+        StoreError::KeyUsed {
+            dataset: self.record.dataset.clone(),
+            key: self.key.as_ref().map(|k| k.key.clone()).unwrap_or_default(),
         }
     }
 
@@ -89,7 +100,34 @@ pub(crate) fn prepare(records: Vec<Record>) -> Result<Vec<Prepared>, StoreError>
             record,
             crc,
             epoch: None,
+            key: None,
         });
+    }
+    Ok(out)
+}
+
+/// [`prepare`], with `key` checked and attached to the first record.
+pub(crate) fn prepare_keyed(
+    records: Vec<Record>,
+    key: Option<super::IdempotencyKey>,
+) -> Result<Vec<Prepared>, StoreError> {
+    let mut out = prepare(records)?;
+    if let (Some(key), Some(first)) = (key, out.first_mut()) {
+        let invalid = |reason: String| StoreError::InvalidRecord { index: 0, reason };
+        if !super::valid_key(&key.key) {
+            return Err(invalid(format!(
+                "idempotency key must be 1 to {} visible ASCII characters",
+                super::idempotency::MAX_KEY_BYTES
+            )));
+        }
+        if key.answer.len() > super::idempotency::MAX_ANSWER_BYTES {
+            return Err(invalid(format!(
+                "the answer stored with an idempotency key is {} bytes, the limit is {}",
+                key.answer.len(),
+                super::idempotency::MAX_ANSWER_BYTES
+            )));
+        }
+        first.key = Some(key);
     }
     Ok(out)
 }

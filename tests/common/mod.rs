@@ -2,6 +2,7 @@
 //! HTTP. Shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod fault_proxy;
 pub mod pg_schema;
 
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 """DP releases (issue 6) through the Python client, against the real server:
 budgets, the cost reaching every owner's epsilon and the worst case by exactly
 ``alpha * rho``, free reads for viewers, budget refusals with their numbers,
-per-group releases, policies, and a release never repeated after a lost answer.
+per-group releases, policies, and a release charged once when retried after a lost answer.
 (The server's own tests: ``tests/api_releases.rs``.)"""
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from dpledger import (
     Release,
     ReleasePolicy,
     ReleaseRequest,
-    ServerError,
-    TransportFailure,
 )
 
 from conftest import FAST_RETRY, poisson_config, rel
@@ -233,27 +231,24 @@ def test_by_group_needs_labels_and_budgets_refuse(server, admin: Client, new_id)
         admin.latest_release("no-such-dataset", missing_ok=True)
 
 
-def test_create_release_is_not_retried_after_a_lost_answer(server, admin: Client, new_id):
+def test_create_release_is_retried_with_its_key_and_charged_once(server, admin: Client, new_id):
     ds = new_id()
     setup(admin, ds, budget=0.01, steps=5)
-    # The answer is lost: the release was made and charged, and is not repeated.
-    client, transport = flaky(server, ["lose"])
-    with pytest.raises(TransportFailure) as e:
-        client.create_release(ds, mean=0.001)
-    assert e.value.attempts == 1 and len(transport.seen) == 1
+    # The answer is lost twice (the release was made and charged): the retries
+    # carry the same Idempotency-Key and are answered with that release.
+    client, transport = flaky(server, ["lose", "lose"])
+    first = client.create_release(ds, mean=0.001)
+    assert len(transport.seen) == 3 and len(set(transport.keys)) == 1
+    assert first.release.id == 1
     listed = admin.list_releases(ds)
     assert len(listed.releases) == 1 and rel(listed.budget.rho_spent, 0.001) < 1e-15
-    # A 503 (nothing acknowledged) is not repeated either.
-    client, transport = flaky(server, ["503"])
-    with pytest.raises(ServerError):
-        client.create_release(ds, mean=0.001)
-    assert len(transport.seen) == 1
-    # A connection that was never made is retried: exactly one more release.
-    client, transport = flaky(server, ["refuse", "refuse"])
+    assert listed.releases[0] == first.release
+    # A 503 and a refused connection are retried the same way: one more release.
+    client, transport = flaky(server, ["503", "refuse"])
     out = client.create_release(ds, mean=0.001)
     assert len(transport.seen) == 3 and out.release.id == 2
     assert out.budget.releases == 2 and rel(out.budget.rho_spent, 0.002) < 1e-15
-    # Reads and absolute settings are retried after lost answers.
+    # Reads and settings are retried after lost answers.
     client, transport = flaky(server, ["lose", "503"])
     assert client.latest_release(ds) == out.release
     assert len(transport.seen) == 3
@@ -306,7 +301,7 @@ def test_create_dataset_with_a_policy_and_lost_answer(server, admin: Client, new
         ds, poisson_config(N), release_budget=0.01, labels=LABELS, release_policy=policy
     )
     assert view.id == ds
-    assert [s.split()[0] for s in transport.seen] == ["POST", "POST", "GET", "GET", "GET"]
+    assert [s.split()[0] for s in transport.seen] == ["POST", "POST"]
     assert admin.get_policy(ds).policy == policy
     assert admin.get_budget(ds).rho_budget == 0.01
     # The same config with another budget is still a conflict after a retry.

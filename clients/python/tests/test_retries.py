@@ -3,7 +3,7 @@ answers, refuses connections or injects 503s in front of it."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import httpx
 import pytest
@@ -23,6 +23,7 @@ class FlakyTransport(httpx.BaseTransport):
         self.plan = list(plan)
         self.inner = httpx.HTTPTransport()
         self.seen: List[str] = []  # "METHOD path action"
+        self.keys: List[Optional[str]] = []  # the Idempotency-Key of each request
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/cluster":
@@ -32,6 +33,7 @@ class FlakyTransport(httpx.BaseTransport):
             return response
         action = self.plan.pop(0) if self.plan else "pass"
         self.seen.append(f"{request.method} {request.url.path} {action}")
+        self.keys.append(request.headers.get("idempotency-key"))
         if action == "refuse":
             raise httpx.ConnectError("connection refused (injected)", request=request)
         if action == "503":
@@ -138,33 +140,40 @@ def test_backoff_grows_exponentially_and_is_capped():
             assert base * 0.5 <= policy.delay(retry) <= base
 
 
-def test_create_with_lost_answer_is_resolved_by_reading_back(server, admin: Client, new_id):
+def test_create_with_lost_answer_is_answered_from_its_key(server, admin: Client, new_id):
     ds = new_id()
     client, transport = flaky(server, ["lose"])
     view = client.create_dataset(ds, poisson_config(10, q=0.3))
     assert view.id == ds and view.config == poisson_config(10, q=0.3)
     assert [s.split()[:2] for s in transport.seen] == [
-        ["POST", "/v1/datasets"], ["POST", "/v1/datasets"], ["GET", f"/v1/datasets/{ds}"]]
-    # A different configuration under that id stays a conflict.
+        ["POST", "/v1/datasets"], ["POST", "/v1/datasets"]]
+    # Both attempts carried the same key.
+    assert transport.keys[0] is not None and transport.keys[0] == transport.keys[1]
+    # Another creation under that id (another call, another key) is a conflict.
     client, _ = flaky(server, ["refuse"])
     with pytest.raises(Conflict, match="already exists"):
         client.create_dataset(ds, poisson_config(10, q=0.4))
-    # Without a retry, an existing id is a conflict even with the same config.
     with pytest.raises(Conflict):
         admin.create_dataset(ds, poisson_config(10, q=0.3))
 
 
-def test_refresh_is_retried_only_when_never_sent(server, admin: Client, new_id):
+def test_refresh_is_retried_with_its_key(server, admin: Client, new_id):
     ds = new_id()
     admin.create_dataset(ds, poisson_config(10))
     client, transport = flaky(server, ["refuse", "refuse"])
     assert client.refresh(ds, [1], [0.2]).thresholds == [0.2]
     assert len(transport.seen) == 3
     client, transport = flaky(server, ["lose"])
-    with pytest.raises(TransportFailure) as e:
-        client.refresh(ds, [1], [0.3])
-    assert e.value.attempts == 1 and len(transport.seen) == 1
+    assert client.refresh(ds, [1], [0.3]).thresholds == [0.3]
+    assert len(transport.seen) == 2 and transport.keys[0] == transport.keys[1]
     client, transport = flaky(server, ["503"])
-    with pytest.raises(ServerError):
-        client.refresh(ds, [1], [0.4])
-    assert len(transport.seen) == 1
+    assert client.refresh(ds, [1], [0.4]).thresholds == [0.4]
+    assert len(transport.seen) == 2
+    # Every call has its own key; steps and reads carry none.
+    keys = [k for k in transport.keys]
+    client2, transport2 = flaky(server, [])
+    client2.refresh(ds, [1], [0.5])
+    client2.thresholds(ds)
+    client2.report_step(ds, 0, [1], [0.5])
+    assert transport2.keys[0] not in keys and transport2.keys[0] is not None
+    assert transport2.keys[1:] == [None, None]

@@ -12,7 +12,7 @@ use crate::release::{
     BudgetRequest, BudgetStatus, DatasetSetup, LabelAssignment, LabelsView, PolicyUpdate,
     PolicyView, Release, ReleaseList, ReleaseOutcome, ReleasePolicy, ReleaseRequest,
 };
-use crate::retry::{retry_status, retry_transport, Idempotency, RetryPolicy};
+use crate::retry::{new_idempotency_key, retry_status, retry_transport, Idempotency, RetryPolicy};
 use crate::types::{
     CreateDataset, DatasetConfig, DatasetList, DatasetView, Health, PrivacyQuery, PrivacyView,
     RefreshOutcome, RefreshRequest, StepOutcome, StepReport, StorageReport, Thresholds,
@@ -229,6 +229,9 @@ impl Client {
     ) -> Result<Answer> {
         let max_attempts = self.retry.max_attempts.max(1);
         let dataset = cluster::dataset_of(&self.base, &url);
+        // One key per call, the same on every attempt: the server applies the
+        // change once and answers the retries from it.
+        let key = (idempotency == Idempotency::Keyed).then(new_idempotency_key);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -244,6 +247,9 @@ impl Client {
             let mut req = self.http.request(method.clone(), target.clone());
             if let Some(token) = &self.token {
                 req = req.bearer_auth(token);
+            }
+            if let Some(key) = &key {
+                req = req.header("Idempotency-Key", key.as_str());
             }
             req = match &body {
                 Body::None => req,
@@ -399,8 +405,9 @@ impl Client {
 
     // ------------------------------------------------------------- datasets
 
-    /// `POST /v1/datasets` (admin): create a ledger. Retried only when the
-    /// connection could not be made; a 409 means the id is taken.
+    /// `POST /v1/datasets` (admin): create a ledger. Retried with an
+    /// idempotency key (a retry of a creation that landed is answered with the
+    /// dataset); a 409 means the id is taken by another creation.
     pub async fn create_dataset(&self, id: &str, config: &DatasetConfig) -> Result<DatasetView> {
         self.create_dataset_with(id, config, &DatasetSetup::default())
             .await
@@ -408,8 +415,8 @@ impl Client {
 
     /// `POST /v1/datasets` (admin) with release settings stored atomically with
     /// the creation: a release budget, group labels of examples `0, 1, ...` and an
-    /// automatic release policy. Retried only when the connection could not be
-    /// made, like [`Client::create_dataset`].
+    /// automatic release policy. Retried with an idempotency key, like
+    /// [`Client::create_dataset`].
     pub async fn create_dataset_with(
         &self,
         id: &str,
@@ -423,7 +430,7 @@ impl Client {
             &["v1", "datasets"],
             &[],
             body,
-            Idempotency::NotIdempotent,
+            Idempotency::Keyed,
         )
         .await
     }
@@ -457,7 +464,7 @@ impl Client {
     }
 
     /// `POST /v1/datasets/{d}/archive` (admin, curator): read-only from then on.
-    /// Archiving an archived dataset is a no-op, so this is retried.
+    /// Retried with an idempotency key (archiving an archived dataset is a no-op).
     pub async fn archive_dataset(&self, id: &str) -> Result<DatasetView> {
         check_dataset_id(id)?;
         self.json_call(
@@ -465,7 +472,7 @@ impl Client {
             &["v1", "datasets", id, "archive"],
             &[],
             Body::None,
-            Idempotency::Idempotent,
+            Idempotency::Keyed,
         )
         .await
     }
@@ -555,8 +562,8 @@ impl Client {
     }
 
     /// `POST /v1/datasets/{d}/refresh`: full-batch norms set new thresholds from
-    /// the next step on, charging nothing. Retried: a refresh sets each threshold to
-    /// a function of its norm, so applying it twice equals applying it once.
+    /// the next step on, charging nothing. Retried with an idempotency key: the
+    /// refresh is stored once.
     pub async fn refresh(
         &self,
         dataset: &str,
@@ -577,7 +584,7 @@ impl Client {
             &["v1", "datasets", dataset, "refresh"],
             &[],
             body,
-            Idempotency::Idempotent,
+            Idempotency::Keyed,
         )
         .await
     }
@@ -695,11 +702,10 @@ impl Client {
     /// cost `rho` (the sum of the statistics') is charged to every example and to
     /// the worst case as RDP `alpha * rho` at every order.
     ///
-    /// **Not idempotent**: every accepted call spends budget, so this is retried
-    /// only when the connection could not be made, never after the request may
-    /// have reached the server (a timeout, a reset, a 5xx). After such an error,
-    /// read [`Client::latest_release`] or [`Client::releases`] to learn whether it
-    /// was published. Refusals: 409 when over the release budget or none is set
+    /// Every accepted release spends budget, so the call carries an
+    /// idempotency key and its retries (after a timeout, a reset, a 5xx, or the
+    /// server's `outcome-unknown` answer) reuse it: the server publishes and
+    /// charges the release once and answers every retry with it. Refusals: 409 when over the release budget or none is set
     /// ([`Error::budget`] then says the spend, the request and the budget), when
     /// `by_group` is asked without labels, before the first step, or when the
     /// release would retire examples; 400 names the invalid field.
@@ -715,7 +721,7 @@ impl Client {
             &["v1", "datasets", dataset, "releases"],
             &[],
             body,
-            Idempotency::NotIdempotent,
+            Idempotency::Keyed,
         )
         .await
     }
@@ -782,7 +788,7 @@ impl Client {
             &["v1", "datasets", dataset, "release-budget"],
             &[],
             body,
-            Idempotency::Idempotent,
+            Idempotency::Keyed,
         )
         .await
     }
@@ -816,7 +822,7 @@ impl Client {
             &["v1", "datasets", dataset, "release-policy"],
             &[],
             body,
-            Idempotency::Idempotent,
+            Idempotency::Keyed,
         )
         .await
     }
@@ -846,7 +852,7 @@ impl Client {
             &["v1", "datasets", dataset, "labels"],
             &[],
             body,
-            Idempotency::Idempotent,
+            Idempotency::Keyed,
         )
         .await
     }

@@ -45,7 +45,7 @@ async fn datasets_create_list_get_archive() {
         .await
         .unwrap();
 
-    // Taken id: 409 with the server's detail; not retried (creation is not idempotent).
+    // Taken id: 409 with the server's detail; not retried (a refusal, not a failure).
     let (status, detail, _, attempts) = problem(env.admin.create_dataset("run-a", &cfg).await);
     assert_eq!((status, attempts), (409, 1));
     assert!(detail.contains("already exists"), "{detail}");

@@ -216,7 +216,7 @@ async fn a_release_is_charged_to_every_owner_and_the_worst_case() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_release_whose_answer_was_lost_is_not_sent_again() {
+async fn a_release_whose_answer_was_lost_is_retried_with_its_key_and_charged_once() {
     let env = Env::start();
     let setup = DatasetSetup {
         release_budget: Some(BudgetRequest::rho(0.01)),
@@ -229,9 +229,9 @@ async fn a_release_whose_answer_was_lost_is_not_sent_again() {
     run_steps(&env.client_as("trainer", Some("r"), None), "r", 0, 5).await;
     let token = env.server.token("curator", Some("r"), None).unwrap();
 
-    // The server publishes the release but its answer never arrives: the client,
-    // although it may retry up to 4 times, reports the transport error after one
-    // attempt instead of publishing (and charging) a second release.
+    // The server publishes the release but its answer never arrives: the client
+    // sends it again with the same Idempotency-Key, and the server answers with
+    // the release it published instead of publishing (and charging) a second one.
     let (proxy, dropped) = answer_dropping_proxy(
         socket_addr(env.server.url()),
         b"POST /v1/datasets/r/releases",
@@ -240,16 +240,23 @@ async fn a_release_whose_answer_was_lost_is_not_sent_again() {
     .await;
     let through_proxy = retrying(format!("http://{proxy}"), token.clone());
     let request = ReleaseRequest::default().mean(0.002);
-    match through_proxy.create_release("r", &request).await {
-        Err(Error::Transport { attempts: 1, .. }) => {}
-        other => panic!("expected one attempt and a transport error, got {other:?}"),
-    }
+    let outcome = through_proxy.create_release("r", &request).await.unwrap();
     assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    assert_eq!(outcome.release.id, 1);
     let list = env.admin.releases("r", None).await.unwrap();
     assert_eq!(list.releases.len(), 1, "{list:?}");
     assert_eq!(list.budget.releases, 1);
     assert!(rel(list.budget.rho_spent, 0.002) < 1e-15);
-    assert_eq!(env.admin.latest_release("r").await.unwrap().id, 1);
+    assert!(rel(outcome.budget.rho_spent, 0.002) < 1e-15);
+    assert_eq!(
+        env.admin.latest_release("r").await.unwrap(),
+        outcome.release
+    );
+
+    // A second call is a new release (a new key), charged again.
+    let second = through_proxy.create_release("r", &request).await.unwrap();
+    assert_eq!(second.release.id, 2);
+    assert!(rel(second.budget.rho_spent, 0.004) < 1e-15);
 
     // Setting the budget is idempotent: its lost answer is retried and succeeds.
     let (proxy, dropped) = answer_dropping_proxy(
@@ -265,8 +272,8 @@ async fn a_release_whose_answer_was_lost_is_not_sent_again() {
         .unwrap();
     assert_eq!(dropped.load(Ordering::SeqCst), 1);
     assert_eq!(budget.rho_budget, Some(0.02));
-    assert!(rel(budget.rho_spent, 0.002) < 1e-15);
-    assert_eq!(budget.releases, 1);
+    assert!(rel(budget.rho_spent, 0.004) < 1e-15);
+    assert_eq!(budget.releases, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]

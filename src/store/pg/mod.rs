@@ -30,8 +30,8 @@ use postgres::{Client, Config, IsolationLevel, NoTls};
 
 use super::group::GroupWriter;
 use super::{
-    pipelined_load, redact_url, CompactionInfo, LoadStats, RawRow, Record, RowChecker,
-    SnapshotInfo, StorageStats, Store, StoreError, StoredRecord,
+    pipelined_load, redact_url, CompactionInfo, IdempotencyKey, LoadStats, RawRow, Record,
+    RowChecker, SnapshotInfo, StorageStats, Store, StoreError, StoredKey, StoredRecord,
 };
 
 mod archive;
@@ -161,11 +161,46 @@ fn password_in_url(url: &str) -> Option<String> {
 
 impl Store for PgStore {
     fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError> {
-        self.writer.append(records)
+        self.writer.append(records, None)
     }
 
-    fn append_fenced(&self, records: Vec<Record>, epoch: u64) -> Result<Vec<u64>, StoreError> {
-        self.writer.append_with_epoch(records, Some(epoch))
+    fn append_keyed(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Vec<u64>, StoreError> {
+        self.writer.append(records, key)
+    }
+
+    fn find_key(&self, dataset: &str, key: &str) -> Result<Option<StoredKey>, StoreError> {
+        self.on_thread(|config, ctx| {
+            let mut client = connect(config, ctx)?;
+            let row = client
+                .query_opt(
+                    "SELECT seq, request, answer FROM dpledger_idempotency \
+                     WHERE dataset = $1 AND key = $2",
+                    &[&dataset, &key],
+                )
+                .map_err(|e| ctx.backend("cannot read dpledger_idempotency", &e))?;
+            row.map(|r| {
+                Ok(StoredKey {
+                    seq: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
+                    request: r.try_get(1)?,
+                    answer: r.try_get(2)?,
+                })
+            })
+            .transpose()
+            .map_err(|e: postgres::Error| ctx.backend("cannot read dpledger_idempotency", &e))
+        })
+    }
+
+    fn append_fenced(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+        epoch: u64,
+    ) -> Result<Vec<u64>, StoreError> {
+        self.writer.append_with_epoch(records, key, Some(epoch))
     }
 
     fn describe(&self) -> String {

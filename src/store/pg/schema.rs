@@ -147,6 +147,8 @@ pub(super) fn init_schema(client: &mut Client, ctx: &Ctx<'_>) -> Result<(), Stor
     check_versions(ctx.store, version, last_seq)?;
     tx.batch_execute(UPGRADE_SQL)
         .map_err(|e| err("cannot upgrade the schema to version 2", e))?;
+    tx.batch_execute(crate::store::idempotency::TABLE_SQL)
+        .map_err(|e| err("cannot create dpledger_idempotency", e))?;
     tx.commit()
         .map_err(|e| err("cannot commit the set-up transaction", e))?;
     if created {

@@ -12,7 +12,7 @@ use postgres::{Client, Config, Statement, Transaction};
 use super::schema::{init_schema, warn_if_not_durable};
 use super::{connect, pg_text, Ctx, Secret};
 use crate::store::group::{Backend, BatchResult};
-use crate::store::{Prepared, StoreError};
+use crate::store::{IdempotencyKey, Prepared, StoreError};
 
 /// How long a writer waits for the `last_seq` row lock (held by another process's
 /// group commit) unless the URL sets `lock_timeout`.
@@ -24,7 +24,11 @@ const INSERT_SQL: &str =
 const LOCK_LAST_SEQ_SQL: &str = "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR UPDATE";
 const FIND_STEP_SQL: &str = "SELECT 1 FROM dpledger_events \
      WHERE kind = 2 AND dataset = $1 AND step = $2 AND COALESCE(part, 0) = $3";
+const INSERT_KEYS_SQL: &str =
+    "INSERT INTO dpledger_idempotency (dataset, key, seq, request, answer) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::bytea[], $5::bytea[])";
 const STEP_INDEX: &str = "dpledger_step_unique";
+const KEY_INDEX: &str = "dpledger_idempotency_pkey";
 const PRIMARY_KEY: &str = "dpledger_events_pkey";
 
 struct PgConn {
@@ -100,7 +104,28 @@ impl PgBackend {
 }
 
 impl Backend for PgBackend {
+    /// Commits on the writer's connection. Any failure of the transaction drops
+    /// the connection, so the next group starts on a fresh one instead of
+    /// failing on a dead one; a failure before COMMIT on a connection that was
+    /// reused (it may have died while idle: nothing of the group was stored) is
+    /// retried once on a fresh connection before the callers are answered.
     fn commit_group(&mut self, batches: &[&[Prepared]]) -> Result<Vec<BatchResult>, StoreError> {
+        let reused = self.conn.is_some();
+        match self.try_commit_group(batches) {
+            Err(e @ StoreError::Backend { .. }) if reused => {
+                tracing::warn!(store = %self.store, error = %e, "the writer's connection failed before COMMIT; retrying once on a new connection");
+                self.try_commit_group(batches)
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+impl PgBackend {
+    fn try_commit_group(
+        &mut self,
+        batches: &[&[Prepared]],
+    ) -> Result<Vec<BatchResult>, StoreError> {
         let ctx = Ctx {
             store: &self.store,
             secret: &self.secret,
@@ -111,7 +136,7 @@ impl Backend for PgBackend {
         };
         let conn = self.conn.insert(conn);
         let outcome = commit_group_on(conn, &ctx, batches);
-        if conn.client.is_closed() {
+        if outcome.is_err() || conn.client.is_closed() {
             self.conn = None;
         }
         outcome
@@ -233,6 +258,35 @@ fn insert_rows(
             &seqs, &datasets, &kinds, &steps, &parts, &payloads, &crcs, &epochs,
         ],
     )?;
+    insert_keys(tx, rows, first_seq)
+}
+
+/// Stores the idempotency keys of `rows` (numbered from `first_seq`), if any,
+/// in the same savepoint as the rows.
+fn insert_keys(
+    tx: &mut Transaction<'_>,
+    rows: &[&Prepared],
+    first_seq: i64,
+) -> Result<(), postgres::Error> {
+    let keyed: Vec<(i64, &Prepared, &IdempotencyKey)> = (first_seq..)
+        .zip(rows.iter().copied())
+        .filter_map(|(seq, p)| p.key.as_ref().map(|k| (seq, p, k)))
+        .collect();
+    if keyed.is_empty() {
+        return Ok(());
+    }
+    let datasets: Vec<&str> = keyed
+        .iter()
+        .map(|(_, p, _)| p.record.dataset.as_str())
+        .collect();
+    let keys: Vec<&str> = keyed.iter().map(|(_, _, k)| k.key.as_str()).collect();
+    let seqs: Vec<i64> = keyed.iter().map(|(seq, _, _)| *seq).collect();
+    let requests: Vec<&[u8]> = keyed.iter().map(|(_, _, k)| &k.request[..]).collect();
+    let answers: Vec<&[u8]> = keyed.iter().map(|(_, _, k)| &k.answer[..]).collect();
+    tx.execute(
+        INSERT_KEYS_SQL,
+        &[&datasets, &keys, &seqs, &requests, &answers],
+    )?;
     Ok(())
 }
 
@@ -272,6 +326,11 @@ fn classify_insert_error(
                  says the log ends at {last}"
             ),
         });
+    }
+    if db.constraint() == Some(KEY_INDEX) {
+        if let Some(p) = batch.iter().find(|p| p.key.is_some()) {
+            return Ok(p.key_used());
+        }
     }
     if db.constraint() != Some(STEP_INDEX) {
         return Ok(ctx.backend("insert failed", e));

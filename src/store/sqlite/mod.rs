@@ -16,8 +16,8 @@ use rusqlite::{ffi, Connection, ErrorCode, TransactionBehavior};
 
 use super::group::{Backend, BatchResult, GroupWriter};
 use super::{
-    pipelined_load, CompactionInfo, LoadStats, Prepared, RawRow, Record, RowChecker, SnapshotInfo,
-    StorageStats, Store, StoreError, StoredRecord,
+    pipelined_load, CompactionInfo, IdempotencyKey, LoadStats, Prepared, RawRow, Record,
+    RowChecker, SnapshotInfo, StorageStats, Store, StoreError, StoredKey, StoredRecord,
 };
 
 mod archive;
@@ -30,6 +30,11 @@ use open::{open_connection, open_reader};
 const INSERT_SQL: &str =
     "INSERT INTO dpledger_events (seq, dataset, kind, step, part, payload, crc) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+const INSERT_KEY_SQL: &str =
+    "INSERT INTO dpledger_idempotency (dataset, key, seq, request, answer) \
+     VALUES (?1, ?2, ?3, ?4, ?5)";
+const SELECT_KEY_SQL: &str =
+    "SELECT seq, request, answer FROM dpledger_idempotency WHERE dataset = ?1 AND key = ?2";
 const SELECT_LAST_SEQ: &str = "SELECT value FROM dpledger_meta WHERE key = 'last_seq'";
 const SELECT_ROWS: &str = "SELECT seq, dataset, kind, step, part, payload, crc \
      FROM dpledger_events WHERE seq > ?1 ORDER BY seq";
@@ -59,7 +64,36 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     fn append(&self, records: Vec<Record>) -> Result<Vec<u64>, StoreError> {
-        self.writer.append(records)
+        self.writer.append(records, None)
+    }
+
+    fn append_keyed(
+        &self,
+        records: Vec<Record>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Vec<u64>, StoreError> {
+        self.writer.append(records, key)
+    }
+
+    fn find_key(&self, dataset: &str, key: &str) -> Result<Option<StoredKey>, StoreError> {
+        let store = self.name.as_str();
+        let conn = open_reader(&self.path, store)?;
+        let found = conn.query_row(SELECT_KEY_SQL, rusqlite::params![dataset, key], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        });
+        match found {
+            Ok((seq, request, answer)) => Ok(Some(StoredKey {
+                seq: u64::try_from(seq).unwrap_or(0),
+                request,
+                answer,
+            })),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(db_error(store, "cannot read dpledger_idempotency", &e)),
+        }
     }
 
     fn describe(&self) -> String {
@@ -228,6 +262,26 @@ fn insert_batch(
             });
         }
         seqs.push(seq as u64);
+        if let Some(key) = &p.key {
+            let stored = conn.prepare_cached(INSERT_KEY_SQL).and_then(|mut k| {
+                k.execute(rusqlite::params![
+                    r.dataset,
+                    key.key,
+                    seq,
+                    key.request,
+                    key.answer
+                ])
+            });
+            if let Err(e) = stored {
+                let extended = e.sqlite_error().map(|s| s.extended_code);
+                return Err(match extended {
+                    Some(ffi::SQLITE_CONSTRAINT_PRIMARYKEY | ffi::SQLITE_CONSTRAINT_UNIQUE) => {
+                        p.key_used()
+                    }
+                    _ => db_error(store, "insert of an idempotency key failed", &e),
+                });
+            }
+        }
     }
     Ok(seqs)
 }

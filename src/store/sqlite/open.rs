@@ -123,8 +123,11 @@ pub(super) fn open_writer(path: &Path, store: &str) -> Result<Connection, StoreE
     .map_err(|e| db_error(store, "cannot open the database", &e))?;
     configure(&conn, store)?;
     check_database(&conn, store)?;
-    conn.execute_batch(&format!("BEGIN IMMEDIATE; {UPGRADE_SQL} COMMIT;"))
-        .map_err(|e| db_error(store, "cannot upgrade the schema to version 2", &e))?;
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE; {UPGRADE_SQL} {} COMMIT;",
+        crate::store::idempotency::SQLITE_TABLE_SQL
+    ))
+    .map_err(|e| db_error(store, "cannot upgrade the schema to version 2", &e))?;
     Ok(conn)
 }
 

@@ -8,18 +8,21 @@ the table lacks, or the table disagrees with it. To cover a new endpoint: add a
 dataclass for its schemas to ``types.py``, a row to :data:`OPERATIONS`, and a
 method calling ``self._call("<operationId>", ...)``.
 
-**Retries.** Only what is safe to repeat is repeated: reads, archiving (a no-op
-the second time), the stateless accountant, and step reports, which the server
-applies exactly once (a retry of an applied step with the same content is
-answered ``"duplicate": true`` with the original answer, and is a success). A
-dataset creation whose answer was lost is resolved by reading the dataset back
-(same configuration: success; different: the 409). A refresh, and a DP release
-(``create_release``: each one spends privacy budget and is charged to every
-example), are repeated only when the connection was never established; release
-budgets, policies and labels are absolute values, so setting them again is
-harmless. Transport errors and 500/502/503/504
-are retried with exponential backoff and jitter; when the attempts are used up
-the last error is raised, so a report is never silently dropped.
+**Retries.** Only what is safe to repeat is repeated: reads, the stateless
+accountant, and step reports, which the server applies exactly once (a retry
+of an applied step with the same content is answered ``"duplicate": true``
+with the original answer, and is a success). Every other change (creating or
+archiving a dataset, a refresh, a DP release, the release budget, policy and
+labels) is sent with an ``Idempotency-Key`` header: one random key per call,
+the same on each of its attempts. The server stores the key with the change
+and answers a retry from the change already made, never applying it twice (a
+release retried is charged once); the same key with another request is a 422.
+So these are retried too, including after the server's
+``urn:dpledger:problem:outcome-unknown`` answer (503: its store did not
+confirm the commit; the change may or may not have been applied). Transport
+errors and 500/502/503/504 are retried with exponential backoff and jitter;
+when the attempts are used up the last error is raised, so a report is never
+silently dropped.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
@@ -35,7 +39,7 @@ import httpx
 
 from . import encoding
 from .cluster import NOT_OWNER, Routes, dataset_of, retry_after_seconds
-from .errors import ApiError, Conflict, NotFound, TransportFailure, error_class
+from .errors import ApiError, NotFound, TransportFailure, error_class
 from .types import (
     BudgetRequest,
     BudgetStatus,
@@ -87,7 +91,7 @@ __all__ = ["Client", "RetryPolicy", "Operation", "OPERATIONS"]
 
 # Retry classes of an operation.
 IDEMPOTENT = "idempotent"  # repeat on any transport error or retryable status
-CREATE = "create"  # repeat; a 409 after a lost answer is resolved by reading back
+KEYED = "keyed"  # repeat like IDEMPOTENT, with one Idempotency-Key on every attempt
 CONNECT_ONLY = "connect-only"  # repeat only when the request was never sent
 
 
@@ -104,22 +108,22 @@ class Operation:
 
 OPERATIONS: Dict[str, Operation] = {
     # datasets
-    "create_dataset": Operation("POST", "/v1/datasets", DatasetView, CREATE),
+    "create_dataset": Operation("POST", "/v1/datasets", DatasetView, KEYED),
     "list_datasets": Operation("GET", "/v1/datasets", DatasetList, IDEMPOTENT),
     "get_dataset": Operation("GET", "/v1/datasets/{dataset}", DatasetView, IDEMPOTENT),
-    "archive_dataset": Operation("POST", "/v1/datasets/{dataset}/archive", DatasetView, IDEMPOTENT),
+    "archive_dataset": Operation("POST", "/v1/datasets/{dataset}/archive", DatasetView, KEYED),
     # training
     "report_step": Operation("POST", "/v1/datasets/{dataset}/steps", StepOutcome, IDEMPOTENT),
     "thresholds": Operation("GET", "/v1/datasets/{dataset}/thresholds", Thresholds, IDEMPOTENT),
-    "refresh": Operation("POST", "/v1/datasets/{dataset}/refresh", RefreshOutcome, CONNECT_ONLY),
+    "refresh": Operation("POST", "/v1/datasets/{dataset}/refresh", RefreshOutcome, KEYED),
     # privacy
     "example_privacy": Operation(
         "GET", "/v1/datasets/{dataset}/examples/{example}/privacy", PrivacyView, IDEMPOTENT
     ),
     "worst_case": Operation("GET", "/v1/datasets/{dataset}/worst-case", WorstCaseBounds, IDEMPOTENT),
-    # releases (a release spends budget: never repeated once it may have arrived)
+    # releases (a release spends budget: its retries carry its key, charged once)
     "create_release": Operation(
-        "POST", "/v1/datasets/{dataset}/releases", ReleaseOutcome, CONNECT_ONLY
+        "POST", "/v1/datasets/{dataset}/releases", ReleaseOutcome, KEYED
     ),
     "list_releases": Operation("GET", "/v1/datasets/{dataset}/releases", ReleaseList, IDEMPOTENT),
     "latest_release": Operation(
@@ -129,11 +133,11 @@ OPERATIONS: Dict[str, Operation] = {
         "GET", "/v1/datasets/{dataset}/release-budget", BudgetStatus, IDEMPOTENT
     ),
     "set_budget": Operation(
-        "PUT", "/v1/datasets/{dataset}/release-budget", BudgetStatus, IDEMPOTENT
+        "PUT", "/v1/datasets/{dataset}/release-budget", BudgetStatus, KEYED
     ),
     "get_policy": Operation("GET", "/v1/datasets/{dataset}/release-policy", PolicyView, IDEMPOTENT),
-    "set_policy": Operation("PUT", "/v1/datasets/{dataset}/release-policy", PolicyView, IDEMPOTENT),
-    "set_labels": Operation("PUT", "/v1/datasets/{dataset}/labels", LabelsView, IDEMPOTENT),
+    "set_policy": Operation("PUT", "/v1/datasets/{dataset}/release-policy", PolicyView, KEYED),
+    "set_labels": Operation("PUT", "/v1/datasets/{dataset}/labels", LabelsView, KEYED),
     # the stateless accountant
     "data_dependent_analysis": Operation(
         "GET", "/v1/analyses/data-dependent", DataDependentAnalysis, IDEMPOTENT
@@ -239,12 +243,14 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _headers(self, content_type: Optional[str]) -> Dict[str, str]:
+    def _headers(self, content_type: Optional[str], key: Optional[str] = None) -> Dict[str, str]:
         headers = {"Accept": "application/json"}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
         if content_type is not None:
             headers["Content-Type"] = content_type
+        if key is not None:
+            headers["Idempotency-Key"] = key
         return headers
 
     @staticmethod
@@ -278,6 +284,9 @@ class Client:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         attempts = max(1, self.retry.attempts)
         dataset = dataset_of(path)
+        # One key per call, the same on every attempt: the server applies the
+        # change once and answers the retries from it.
+        key = uuid.uuid4().hex if op.retry == KEYED else None
         attempt = 0
         while True:
             attempt += 1
@@ -291,7 +300,7 @@ class Client:
                     target,
                     params=query or None,
                     content=body,
-                    headers=self._headers(content_type),
+                    headers=self._headers(content_type, key),
                 )
             except httpx.TransportError as e:
                 never_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
@@ -376,9 +385,8 @@ class Client:
         or a float: zCDP ``rho``), ``labels`` (one per example, ``None``:
         unlabelled) and ``release_policy`` set up DP releases from the start.
 
-        If an earlier attempt's answer was lost and the dataset now exists with
-        this very configuration (and, where given, this release budget and
-        policy; labels cannot be read back), that is success."""
+        Retried with an idempotency key: if an earlier attempt's answer was
+        lost, the retry is answered with the dataset that attempt created."""
         if isinstance(release_budget, (int, float)):
             release_budget = BudgetRequest(rho=float(release_budget))
         request = to_json(
@@ -390,25 +398,7 @@ class Client:
                 release_policy=release_policy,
             )
         )
-        try:
-            return self._call("create_dataset", request)
-        except Conflict as conflict:
-            if conflict.attempts <= 1:
-                raise
-            try:
-                existing = self._send("get_dataset", path_params={"dataset": id}).json()
-                same = _same_config(request["config"], existing.get("config", {}))
-                if same and release_budget is not None:
-                    budget = self._send("get_budget", path_params={"dataset": id}).json()
-                    same = _same_budget(release_budget, budget)
-                if same and release_policy is not None:
-                    policy = self._send("get_policy", path_params={"dataset": id}).json()
-                    same = from_json(Optional[ReleasePolicy], policy.get("policy")) == release_policy
-            except ApiError:
-                raise conflict from None
-            if same:
-                return from_json(DatasetView, existing)
-            raise
+        return self._call("create_dataset", request)
 
     def list_datasets(self) -> DatasetList:
         """Dataset ids the token covers."""
@@ -419,7 +409,7 @@ class Client:
         return self._call("get_dataset", path_params={"dataset": dataset})
 
     def archive_dataset(self, dataset: str) -> DatasetView:
-        """Make a dataset read-only (admin, curator). Repeating it is harmless."""
+        """Make a dataset read-only (admin, curator). Retried with an idempotency key."""
         return self._call("archive_dataset", path_params={"dataset": dataset})
 
     # --- training -----------------------------------------------------------
@@ -480,7 +470,8 @@ class Client:
     def refresh(
         self, dataset: str, ids: Iterable[int], norms: Iterable[float]
     ) -> RefreshOutcome:
-        """Full-batch norms: new thresholds from the next step on, no charge."""
+        """Full-batch norms: new thresholds from the next step on, no charge.
+        Retried with an idempotency key: stored once whatever the retries."""
         request = to_json(RefreshRequest(ids=_plain_list(ids, int), norms=_plain_list(norms, float)))
         return self._call("refresh", request, path_params={"dataset": dataset})
 
@@ -597,11 +588,11 @@ class Client:
         the release budget, to every example's RDP (``alpha * rho`` at each
         order) and to the worst case.
 
-        Never repeated once it may have reached the server (only a connection
-        that was never made is retried): a lost answer raises
-        :class:`TransportFailure`; look at :meth:`list_releases` before asking
-        again. Over budget (or with none set): :class:`Conflict` whose
-        ``budget`` says the spend and the request."""
+        Retried with one idempotency key per call: a retry after a lost answer
+        (or the server's ``outcome-unknown`` 503) is answered with the release
+        the first attempt published, charged once. Over budget (or with none
+        set): :class:`Conflict` whose ``budget`` says the spend and the
+        request."""
         if request is None:
             if isinstance(mean, (int, float)):
                 mean = MeanRequest(rho=float(mean))
@@ -780,23 +771,3 @@ class Client:
 
 def _query_float(x: Optional[float]) -> Optional[str]:
     return None if x is None else repr(float(x))
-
-
-def _same_budget(requested: BudgetRequest, status: Dict[str, Any]) -> bool:
-    """Whether the server's release budget is the one requested (an epsilon
-    target is converted by the server: then only its presence is checked)."""
-    have = status.get("rho_budget")
-    if requested.rho is not None:
-        return have == requested.rho
-    return have is not None
-
-
-def _same_config(requested: Dict[str, Any], existing: Dict[str, Any]) -> bool:
-    """Whether the server's config is the one requested (defaults filled in)."""
-    defaults = {"clipping": "per_example"}
-    for key in set(requested) | set(existing):
-        want = requested.get(key, defaults.get(key))
-        have = existing.get(key, defaults.get(key))
-        if want != have:
-            return False
-    return True
