@@ -57,7 +57,12 @@ fn random_faults_lose_nothing_and_double_nothing() {
     for fault in 0..faults {
         std::thread::sleep(Duration::from_millis(rng.random_range(200..800)));
         let i = rng.random_range(0..cluster.nodes.len());
-        let kind = rng.random_range(0..3);
+        // The first three faults are one of each kind; then at random.
+        let kind = if fault < 3 {
+            fault
+        } else {
+            rng.random_range(0..3)
+        };
         kinds[kind] += 1;
         match kind {
             0 => {

@@ -33,7 +33,8 @@ pub struct Problem {
     /// For `urn:dpledger:problem:not-owner` (cluster mode): the node that owns
     /// the dataset, when it is known. Answered with `Retry-After`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<OwnerRef>,
+    #[schema(value_type = Option<OwnerRef>)]
+    pub owner: Option<Box<OwnerRef>>,
 }
 
 /// A cluster node as named in a not-owner problem.
@@ -67,7 +68,7 @@ impl Problem {
     /// dataset's request (cluster mode), naming the owner when known.
     pub fn not_owner(detail: impl Into<String>, owner: Option<OwnerRef>) -> Self {
         let mut p = Self::new(StatusCode::SERVICE_UNAVAILABLE, NOT_OWNER, detail);
-        p.owner = owner;
+        p.owner = owner.map(Box::new);
         p
     }
 

@@ -80,7 +80,8 @@ impl CompactCmd {
 
 /// `dpledger release-accuracy`: both quantile methods on `B·Beta(1.5, 6)` data,
 /// without and with a share of values at `B`, like the seed's Table 2, and on
-/// heavily tied per-example epsilons (issue 15, item 8).
+/// heavily tied per-example epsilons (issue 15, item 8), and on training-like
+/// traces under the min rule, per group and for the histogram near B (issue 29).
 #[derive(Debug, clap::Args)]
 pub struct ReleaseAccuracyCmd {
     /// Values drawn.
@@ -98,6 +99,9 @@ pub struct ReleaseAccuracyCmd {
     /// Share of values exactly at B in the second population.
     #[arg(long, default_value_t = 0.2)]
     pub share_at_bound: f64,
+    /// Shares at B of the training-like min-rule traces (continuous and tied).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![0.2, 0.3, 0.4])]
+    pub min_rule_shares: Vec<f64>,
 }
 
 impl ReleaseAccuracyCmd {
@@ -109,8 +113,12 @@ impl ReleaseAccuracyCmd {
         if !(0.0..1.0).contains(&self.share_at_bound) {
             return Err("invalid --share-at-bound: must be in [0, 1)".into());
         }
+        if self.min_rule_shares.iter().any(|s| !(*s > 0.0 && *s < 1.0)) {
+            return Err("invalid --min-rule-shares: each must be in (0, 1)".into());
+        }
         let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
-        use crate::release::accuracy::Population;
+        use crate::release::accuracy::{Norms, Population};
+        const NORMS: [Norms; 3] = [Norms::Varying, Norms::Persistent, Norms::Classes];
         let reports: Vec<_> = [
             Population::Beta {
                 share_at_bound: 0.0,
@@ -120,8 +128,16 @@ impl ReleaseAccuracyCmd {
             },
             Population::Tied,
         ]
-        .iter()
-        .map(|&population| {
+        .into_iter()
+        .chain(NORMS.into_iter().flat_map(|norms| {
+            self.min_rule_shares
+                .iter()
+                .map(move |&share_at_bound| Population::MinRule {
+                    share_at_bound,
+                    norms,
+                })
+        }))
+        .map(|population| {
             crate::release::accuracy::compare_methods(
                 self.seed,
                 self.n,
@@ -132,12 +148,28 @@ impl ReleaseAccuracyCmd {
             )
         })
         .collect();
+        use crate::release::accuracy::{compare_groups, histogram_near_bound};
+        let share = self.min_rule_shares.get(1).copied().unwrap_or(0.3);
+        let groups: Vec<_> = NORMS
+            .into_iter()
+            .map(|norms| {
+                let (n, rho, trials) = (self.n, self.rho, self.trials);
+                compare_groups(self.seed, n, share, norms, &levels, rho, trials)
+            })
+            .collect();
+        let (n, rho, trials) = (self.n, self.rho, 10 * self.trials);
+        let histogram =
+            histogram_near_bound(self.seed, n, share, Norms::Varying, 20, 3, rho, trials);
         let text = reports
             .iter()
             .map(|r| r.to_text())
+            .chain(groups.iter().map(|g| g.to_text()))
+            .chain([histogram.to_text()])
             .collect::<Vec<_>>()
             .join("\n");
-        let value = serde_json::to_value(&reports).map_err(|e| e.to_string())?;
+        let value = serde_json::json!({
+            "quantiles": reports, "groups": groups, "histogram": histogram,
+        });
         Ok((value, text))
     }
 }

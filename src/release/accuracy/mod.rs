@@ -2,9 +2,20 @@
 //! quantile methods on `B·Beta(1.5, 6)` data, with and without a share of values
 //! exactly at `B`, reported as rank errors like the seed's Table 2; and on heavily
 //! tied data (issue 15, item 8), the per-example epsilons of a run with stable
-//! norms. Used by the `release-accuracy` command and by `tests/release_accuracy.rs`.
+//! norms; and on training-like traces under the min rule, with 20-40% of the
+//! values at the public atom `B` (issue 29, [`min_rule`]), per group and for the
+//! histogram's bins near `B` too ([`near_bound`]). Used by the `release-accuracy`
+//! command and by `tests/release_accuracy.rs`.
 
-use super::quantiles::{gradient_quantiles, kss_quantiles, resolution, GRADIENT_STEPS};
+pub mod min_rule;
+pub mod near_bound;
+
+pub use min_rule::{min_rule_trace, MinRuleTrace, Norms};
+pub use near_bound::{compare_groups, histogram_near_bound, GroupsReport, HistogramReport};
+
+use super::quantiles::{
+    gradient_quantiles, kss_quantiles, per_level_quantiles, resolution, GRADIENT_STEPS,
+};
 use rand::SeedableRng;
 use rand_distr::{Beta, Binomial, Distribution};
 use serde::Serialize;
@@ -95,6 +106,13 @@ pub enum Population {
     },
     /// [`tied_population`].
     Tied,
+    /// A training-like trace under the min rule ([`min_rule_trace`]).
+    MinRule {
+        /// Share of values exactly at `B`.
+        share_at_bound: f64,
+        /// How norms behave (persistent norms tie values).
+        norms: Norms,
+    },
 }
 
 impl Population {
@@ -103,6 +121,10 @@ impl Population {
         match *self {
             Population::Beta { share_at_bound } => beta_population(seed, n, bound, share_at_bound),
             Population::Tied => tied_population(seed, n, bound),
+            Population::MinRule {
+                share_at_bound,
+                norms,
+            } => min_rule_trace(seed, n, bound, share_at_bound, norms).values,
         }
     }
 
@@ -114,6 +136,18 @@ impl Population {
             Population::Tied => {
                 format!("tied: B·sqrt(k/{TIED_STEPS}), k ~ Binomial({TIED_STEPS}, {TIED_RATE})")
             }
+            Population::MinRule {
+                share_at_bound,
+                norms,
+            } => format!(
+                "training-like under the min rule ({}), {:.0}% at B",
+                match norms {
+                    Norms::Varying => "varying norms, continuous",
+                    Norms::Persistent => "persistent norms, clipped examples tied",
+                    Norms::Classes => "five persistent norm classes, all tied",
+                },
+                share_at_bound * 100.0
+            ),
         }
     }
 }
@@ -133,6 +167,14 @@ pub struct LevelAccuracy {
     pub kss_rank_error: f64,
     /// Mean rank error of the gradient method over the trials.
     pub gradient_rank_error: f64,
+    /// Mean `|estimate − exact| / B` of KSS over the trials (it cannot be
+    /// bounded inside gaps of the data, rank error can).
+    pub kss_value_error: f64,
+    /// Mean `|estimate − exact| / B` of the gradient method.
+    pub gradient_value_error: f64,
+    /// Mean rank error of the per-level alternative evaluated in issue 29
+    /// ([`per_level_quantiles`]: one mechanism per level at `rho/m`, sorted).
+    pub per_level_rank_error: f64,
 }
 
 /// Both methods on one population.
@@ -144,6 +186,8 @@ pub struct AccuracyReport {
     pub population: Population,
     /// Distinct values among the `n`.
     pub distinct: usize,
+    /// Share of the values exactly at `B`.
+    pub share_at_bound: f64,
     /// Total zCDP cost of each method's release of all the levels.
     pub rho: f64,
     /// Trials averaged.
@@ -158,6 +202,14 @@ pub struct AccuracyReport {
     pub kss_mean_rank_error: f64,
     /// Mean rank error over levels and trials, gradient method.
     pub gradient_mean_rank_error: f64,
+    /// Largest per-level mean rank error, KSS.
+    pub kss_max_rank_error: f64,
+    /// Largest per-level mean rank error, gradient method.
+    pub gradient_max_rank_error: f64,
+    /// Mean rank error over levels and trials of [`per_level_quantiles`].
+    pub per_level_mean_rank_error: f64,
+    /// Its largest per-level mean rank error.
+    pub per_level_max_rank_error: f64,
     /// Mean exact rank error (resolution 0), KSS.
     pub kss_mean_exact_rank_error: f64,
     /// Mean exact rank error (resolution 0), gradient method.
@@ -168,7 +220,7 @@ pub struct AccuracyReport {
 pub fn resolution_for(population: Population) -> f64 {
     match population {
         Population::Beta { .. } => 0.0,
-        Population::Tied => resolution(),
+        Population::Tied | Population::MinRule { .. } => resolution(),
     }
 }
 
@@ -188,19 +240,29 @@ pub fn compare_methods(
     sorted.sort_by(f64::total_cmp);
     let mut distinct = sorted.clone();
     distinct.dedup();
+    // KSS and the gradient method share the stream they always had; the
+    // per-level alternative has its own, so adding it changed no other figure.
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed ^ 0x5eed);
+    let mut rng_per_level = rand_pcg::Pcg64::seed_from_u64(seed ^ 0x7eed);
     let m = levels.len();
-    // [KSS, gradient] × [at resolution, exact], per level.
-    let mut err = [[vec![0.0; m], vec![0.0; m]], [vec![0.0; m], vec![0.0; m]]];
+    let exact: Vec<f64> = levels.iter().map(|&q| exact_quantile(&sorted, q)).collect();
+    // [KSS, gradient] × [at resolution, exact, value], per level.
+    let mut err = [
+        [vec![0.0; m], vec![0.0; m], vec![0.0; m]],
+        [vec![0.0; m], vec![0.0; m], vec![0.0; m]],
+        [vec![0.0; m], vec![0.0; m], vec![0.0; m]],
+    ];
     let mut first = [Vec::new(), Vec::new()];
     for t in 0..trials {
         let k = kss_quantiles(&mut rng, &values, bound, levels, rho);
         let g = gradient_quantiles(&mut rng, &values, bound, levels, rho, GRADIENT_STEPS);
-        for (method, est) in [&k, &g].into_iter().enumerate() {
+        let p = per_level_quantiles(&mut rng_per_level, &values, bound, levels, rho);
+        for (method, est) in [&k, &g, &p].into_iter().enumerate() {
             for j in 0..m {
                 err[method][0][j] +=
                     rank_error_within(&sorted, levels[j], est[j], h) / trials as f64;
                 err[method][1][j] += rank_error(&sorted, levels[j], est[j]) / trials as f64;
+                err[method][2][j] += (est[j] - exact[j]).abs() / bound / trials as f64;
             }
         }
         if t == 0 {
@@ -210,23 +272,33 @@ pub fn compare_methods(
     let rows: Vec<LevelAccuracy> = (0..m)
         .map(|j| LevelAccuracy {
             level: levels[j],
-            exact: exact_quantile(&sorted, levels[j]),
+            exact: exact[j],
             kss: first[0][j],
             gradient: first[1][j],
             kss_rank_error: err[0][0][j],
             gradient_rank_error: err[1][0][j],
+            kss_value_error: err[0][2][j],
+            gradient_value_error: err[1][2][j],
+            per_level_rank_error: err[2][0][j],
         })
         .collect();
     let mean = |e: &Vec<f64>| e.iter().sum::<f64>() / m as f64;
+    let max = |e: &Vec<f64>| e.iter().copied().fold(0.0, f64::max);
+    let at_bound = sorted.len() - sorted.partition_point(|&x| x < bound);
     AccuracyReport {
         n,
         population,
         distinct: distinct.len(),
+        share_at_bound: at_bound as f64 / n as f64,
         rho,
         trials,
         resolution: h / bound,
         kss_mean_rank_error: mean(&err[0][0]),
         gradient_mean_rank_error: mean(&err[1][0]),
+        kss_max_rank_error: max(&err[0][0]),
+        gradient_max_rank_error: max(&err[1][0]),
+        per_level_mean_rank_error: mean(&err[2][0]),
+        per_level_max_rank_error: max(&err[2][0]),
         kss_mean_exact_rank_error: mean(&err[0][1]),
         gradient_mean_exact_rank_error: mean(&err[1][1]),
         levels: rows,
@@ -237,10 +309,11 @@ impl AccuracyReport {
     /// A plain-text table (values in units of `B`).
     pub fn to_text(&self) -> String {
         let mut s = format!(
-            "{}: n = {} ({} distinct), rho = {} per method, {} trials (values in units of B)\n",
+            "{}: n = {} ({} distinct, {:.1}% at B), rho = {} per method, {} trials (values in units of B)\n",
             self.population.describe(),
             self.n,
             self.distinct,
+            self.share_at_bound * 100.0,
             self.rho,
             self.trials
         );
@@ -250,16 +323,30 @@ impl AccuracyReport {
                 self.resolution
             );
         }
-        s += "level   exact     KSS       gradient  | rank error KSS  gradient\n";
+        s += "level   exact     KSS       gradient  | rank error KSS  gradient | value error/B KSS  gradient\n";
         for r in &self.levels {
             s += &format!(
-                "{:<7} {:<9.5} {:<9.5} {:<9.5} | {:>14.1} {:>9.1}\n",
-                r.level, r.exact, r.kss, r.gradient, r.kss_rank_error, r.gradient_rank_error
+                "{:<7} {:<9.5} {:<9.5} {:<9.5} | {:>14.1} {:>9.1} | {:>17.2e} {:>9.2e}\n",
+                r.level,
+                r.exact,
+                r.kss,
+                r.gradient,
+                r.kss_rank_error,
+                r.gradient_rank_error,
+                r.kss_value_error,
+                r.gradient_value_error
             );
         }
         s += &format!(
-            "mean rank error: KSS {:.1}, gradient {:.1}\n",
-            self.kss_mean_rank_error, self.gradient_mean_rank_error
+            "mean rank error: KSS {:.1}, gradient {:.1}; worst level: KSS {:.1}, gradient {:.1}\n",
+            self.kss_mean_rank_error,
+            self.gradient_mean_rank_error,
+            self.kss_max_rank_error,
+            self.gradient_max_rank_error
+        );
+        s += &format!(
+            "(alternative not served: one mechanism per level at rho/m, sorted: mean {:.1}, worst level {:.1})\n",
+            self.per_level_mean_rank_error, self.per_level_max_rank_error
         );
         if self.resolution > 0.0 {
             s += &format!(
