@@ -7,7 +7,6 @@ use super::problem::Problem;
 use crate::accounting::InvalidArgument;
 use crate::engine::EngineError;
 use crate::ledger::{ErrorKind, LedgerError};
-use crate::store::StoreError;
 use axum::http::StatusCode;
 
 impl From<InvalidArgument> for Problem {
@@ -30,6 +29,7 @@ impl From<LedgerError> for Problem {
 impl From<EngineError> for Problem {
     fn from(e: EngineError) -> Self {
         let detail = e.to_string();
+        let duplicate = e.is_duplicate();
         let with_field = |p: Problem, field: Option<&str>| match field {
             Some(f) => p.with_field(f),
             None => p,
@@ -46,7 +46,7 @@ impl From<EngineError> for Problem {
             EngineError::OverBudget { refusal, .. } => {
                 Problem::conflict(detail).with_budget(refusal)
             }
-            EngineError::Store(StoreError::Duplicate { .. }) => Problem::conflict(detail),
+            EngineError::Store(_) if duplicate => Problem::conflict(detail),
             EngineError::Store(_) | EngineError::Unavailable(_) => {
                 Problem::internal(StatusCode::SERVICE_UNAVAILABLE, detail)
             }

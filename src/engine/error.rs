@@ -116,6 +116,12 @@ impl EngineError {
         }
     }
 
+    /// Whether another process stored the same step first: a conflict for the
+    /// client, not an outage.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, EngineError::Store(StoreError::Duplicate { .. }))
+    }
+
     /// A store failure, logged where it happens (the client only hears "retry").
     pub(crate) fn store(e: StoreError) -> Self {
         if !matches!(e, StoreError::Duplicate { .. }) {

@@ -32,11 +32,13 @@
 //! | `allocator.rs` | freed memory goes back to the operating system (glibc's mmap threshold, trim) |
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
+//! | `accountant.rs` | the stateless accountant's requests (validated) and computations, for the CLI and the HTTP API |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
 //! and `releases.rs`, and rebuilt record by record in `recovery.rs`.
 
+pub mod accountant;
 pub mod allocator;
 mod archive;
 mod background;

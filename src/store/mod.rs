@@ -72,7 +72,8 @@
 //! * Every other error means nothing of the call was written.
 
 pub mod archive;
-pub mod codec;
+/// Step records' payloads are the step protocol's wire encoding.
+pub use crate::ledger::wire as codec;
 mod error;
 mod group;
 mod pg;
