@@ -1,7 +1,8 @@
 //! The module structure stays a layering (issue 13): no import cycle between
 //! sibling modules anywhere in `src/` (top-level modules included), and the lower
 //! layers never reach up: `engine` knows nothing of `api` or HTTP, and `ledger`,
-//! `release`, `store` and `accounting` know nothing of `engine` or `api`.
+//! `release`, `store` and `accounting` know nothing of `engine` or `api`; `api`
+//! does not use `store`, and of `cli` only `cli::server` (serve) uses `api`.
 //!
 //! Method: every file under `src/` is a module (`a/b.rs` and `a/b/mod.rs` are
 //! `a::b`). Each path it names outside comments (`crate::x::y`, `super::x`,
@@ -199,6 +200,28 @@ fn no_import_cycles_and_layers_point_down() {
             !top.contains(&(from.to_string(), to.to_string())),
             "crate::{from} must not use crate::{to}"
         );
+    }
+    // Two arrows that pointed the wrong way (issue 25): the CLI reaches the HTTP
+    // layer only to serve it (`cli::server`: serve, token, openapi), and handlers
+    // never touch the store (the engine does; the wire encoding is the ledger's).
+    for (module, code) in &files {
+        let tops: BTreeSet<String> = references(module, code)
+            .into_iter()
+            .filter_map(|r| r.first().cloned())
+            .collect();
+        let name = module.join("::");
+        if module.first().is_some_and(|m| m == "cli") && name != "cli::server" {
+            assert!(
+                !tops.contains("api"),
+                "crate::{name} uses crate::api: only cli::server (serve) may"
+            );
+        }
+        if module.first().is_some_and(|m| m == "api") {
+            assert!(
+                !tops.contains("store"),
+                "crate::{name} uses crate::store: handlers go through the engine"
+            );
+        }
     }
     for (module, code) in &files {
         if module.first().is_some_and(|m| m == "engine") {

@@ -1,15 +1,15 @@
 //! Endpoints of the stateless accountant (`/v1/accountant/*`): RDP, epsilon,
 //! noise calibration, comparison and schedules, computed off the async workers.
-//! The computations themselves live in `accountant.rs`, shared with the CLI.
+//! The requests and computations live in `engine::accountant`, shared with the CLI.
 
-use super::accountant::{
-    CompareRequest, CompareResponse, EpsilonRequest, EpsilonResponse, NoiseRequest, NoiseResponse,
-    RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
-};
 use super::auth::Access;
 use super::extract::{Auth, RawBody};
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
+use crate::engine::accountant::{
+    CompareRequest, CompareResponse, EpsilonRequest, EpsilonResponse, NoiseRequest, NoiseResponse,
+    RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
+};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};

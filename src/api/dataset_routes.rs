@@ -261,7 +261,7 @@ async fn archive_dataset(
 }
 
 #[utoipa::path(post, path = "/v1/datasets/{dataset}/steps", tag = "training", params(("dataset" = String, Path)),
-    request_body(content = StepReport, description = "JSON, or the compact binary encoding (application/octet-stream, see store::codec)"),
+    request_body(content = StepReport, description = "JSON, or the compact binary encoding (application/octet-stream, see ledger::wire)"),
     responses((status = 200, body = StepOutcome), (status = 400, body = Problem), (status = 401, body = Problem),
                (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem),
                (status = 413, body = Problem), (status = 415, body = Problem)),

@@ -7,7 +7,6 @@ use super::problem::Problem;
 use crate::accounting::InvalidArgument;
 use crate::engine::EngineError;
 use crate::ledger::{ErrorKind, LedgerError};
-use crate::store::StoreError;
 use axum::http::StatusCode;
 
 impl From<InvalidArgument> for Problem {
@@ -30,6 +29,9 @@ impl From<LedgerError> for Problem {
 impl From<EngineError> for Problem {
     fn from(e: EngineError) -> Self {
         let detail = e.to_string();
+        let duplicate = e.is_duplicate();
+        let outcome_unknown = e.is_outcome_unknown();
+        let key_in_use = e.is_key_in_use();
         let with_field = |p: Problem, field: Option<&str>| match field {
             Some(f) => p.with_field(f),
             None => p,
@@ -46,13 +48,13 @@ impl From<EngineError> for Problem {
             EngineError::OverBudget { refusal, .. } => {
                 Problem::conflict(detail).with_budget(refusal)
             }
-            EngineError::Store(StoreError::Duplicate { .. }) => Problem::conflict(detail),
+            EngineError::Store(_) if duplicate => Problem::conflict(detail),
             // Never "nothing was applied": the change may be in the log.
-            EngineError::Store(StoreError::OutcomeUnknown { .. }) => {
+            EngineError::Store(_) if outcome_unknown => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "outcome-unknown", detail)
             }
             // Another request with the same key is being applied (the draft's 409).
-            EngineError::Store(StoreError::KeyUsed { .. }) => {
+            EngineError::Store(_) if key_in_use => {
                 Problem::new(StatusCode::CONFLICT, "idempotency-key-in-use", detail)
                     .with_field("Idempotency-Key")
             }

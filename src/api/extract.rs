@@ -90,7 +90,7 @@ impl<T: DeserializeOwned> ApiQuery<T> {
     }
 }
 
-/// Media type of the compact binary step encoding (see `store::codec`).
+/// Media type of the compact binary step encoding (see `ledger::wire`).
 pub const BINARY_STEP: &str = "application/octet-stream";
 
 /// A request body kept raw until the handler has authorised the request, so an
@@ -148,7 +148,7 @@ impl RawBody {
     /// A step report, as JSON or in the compact binary encoding.
     pub fn step_report(&self) -> Result<crate::ledger::StepReport, Problem> {
         if self.content_type.starts_with(BINARY_STEP) {
-            let payload = crate::store::codec::StepPayload::decode(&self.bytes)
+            let payload = crate::ledger::wire::StepPayload::decode(&self.bytes)
                 .map_err(|e| Problem::bad_request(format!("invalid binary step body: {e}")))?;
             Ok(crate::engine::report_from_payload(payload))
         } else {

@@ -11,7 +11,6 @@
 //! | `analysis_routes.rs` | seed 001's data-dependent analysis over several runs |
 //! | `admin_routes.rs` | server administration: the storage report |
 //! | `cluster_routes.rs` | cluster mode: forwarding to owners or `503 not-owner`, the map, drain |
-//! | `accountant.rs` | the stateless accountant's requests and computations (shared with the CLI) |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
 //! | `extract.rs` | extractors that turn rejections into problems; raw bodies kept until authorised |
@@ -25,7 +24,6 @@
 //! Imports point one way: route modules use `task`, `extract`, `auth`, `state`
 //! and `problem`; `routes` uses the route modules; nothing imports `routes`.
 
-pub mod accountant;
 mod accountant_routes;
 mod admin_routes;
 mod analysis_routes;

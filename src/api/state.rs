@@ -5,8 +5,6 @@
 
 use super::auth::Authorizer;
 use crate::engine::Engine;
-use crate::store::Store;
-use std::sync::Arc;
 
 /// Request-size and range limits.
 #[derive(Debug, Clone, Copy)]
@@ -47,19 +45,19 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// Rebuild the engine from `store` (refusing a corrupt log, see
-    /// [`Engine::recover`]) and wrap it for the handlers.
-    pub fn recover(
-        store: Arc<dyn Store>,
+    /// Wrap an engine (rebuilt from the store by [`Engine::recover`], which
+    /// refuses a corrupt log) for the handlers.
+    pub fn new(
+        engine: Engine,
         auth: Authorizer,
         limits: Limits,
         metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
-    ) -> anyhow::Result<Self> {
-        Ok(Self {
-            engine: Engine::recover(store)?,
+    ) -> Self {
+        Self {
+            engine,
             auth,
             limits,
             metrics,
-        })
+        }
     }
 }

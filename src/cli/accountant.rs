@@ -1,11 +1,11 @@
 //! The stateless accountant subcommands: `rdp`, `epsilon`, `noise`, `compare`,
 //! `schedule`. Their names and JSON keys are a fixed contract (issue 2). The
-//! computation lives in [`crate::api::accountant`], shared with the HTTP API;
+//! computation lives in [`crate::engine::accountant`], shared with the HTTP API;
 //! this module only parses flags and renders text.
 
 use crate::accounting::validate;
 use crate::accounting::{Conversion, InvalidArgument};
-use crate::api::accountant::{
+use crate::engine::accountant::{
     BatchingKind, CompareRequest, EpsilonRequest, Method, NoiseRequest, RdpRequest, ScheduleKind,
     ScheduleRequest,
 };

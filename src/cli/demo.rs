@@ -7,12 +7,10 @@
 //! training progresses and differ between easy (70%) and hard (30%) examples.
 
 use crate::accounting::Conversion;
-use crate::api::{claims_for, router, AppState, Authorizer, Limits, Role};
 use crate::store::codec::StepPayload;
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `dpledger demo`.
@@ -84,24 +82,14 @@ impl DemoCmd {
     }
 
     fn run_in(&self, dir: &std::path::Path) -> anyhow::Result<String> {
-        let secret = super::server::load_or_create_secret(dir, true)?;
-        let token =
-            Authorizer::hs256(&secret).mint(&claims_for("demo", Role::Admin, None, None, 3600)?)?;
         let store = crate::store::open(&format!("sqlite:{}", dir.join("demo.sqlite").display()))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let state = Arc::new(AppState::recover(
-            store,
-            Authorizer::hs256(&secret),
-            Limits::default(),
-            None,
-        )?);
-        let runtime = tokio::runtime::Runtime::new()?;
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let serving = state.clone();
-        runtime.spawn(async move {
-            let _ = axum::serve(listener, router(serving)).await;
-        });
+        let super::server::LocalService {
+            runtime,
+            base,
+            token,
+            engine,
+        } = super::server::serve_locally(dir, store)?;
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(60))
             .build();
@@ -200,7 +188,7 @@ impl DemoCmd {
         let worst_rdp = wc["rdp"]["epsilon"].as_f64().unwrap_or(f64::NAN);
         // The curator's view of the whole distribution, from the served ledger
         // itself: min(per-instance RDP, PLD worst case), as served to owners.
-        let mut eps = runtime.block_on(state.engine.with_ledger(
+        let mut eps = runtime.block_on(engine.with_ledger(
             "demo",
             |ds, ledger| -> anyhow::Result<Vec<f64>> {
                 let worst = ds.worst_case_bounds(ledger, self.delta, Conversion::Improved)?;
@@ -209,11 +197,9 @@ impl DemoCmd {
         ))?;
         eps.sort_by(f64::total_cmp);
         let memory = runtime.block_on(
-            state
-                .engine
-                .with_ledger("demo", |_, ledger| -> anyhow::Result<u64> {
-                    Ok(ledger.memory_bytes())
-                }),
+            engine.with_ledger("demo", |_, ledger| -> anyhow::Result<u64> {
+                Ok(ledger.memory_bytes())
+            }),
         )?;
         owners.push_str(&format!(
             "\nledger memory: {:.0} bytes per example (RDP vectors, thresholds and the \

@@ -10,6 +10,48 @@ use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// A service running in this process on a free local port (`dpledger demo`).
+pub struct LocalService {
+    /// The runtime serving it: dropping it stops the service.
+    pub runtime: tokio::runtime::Runtime,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// An admin token for it (valid one hour).
+    pub token: String,
+    /// The engine behind it, for what the API does not serve in one request.
+    pub engine: crate::engine::Engine,
+}
+
+/// Serve `store` in this process on a free local port, with the secret in `dir`,
+/// so that the demo speaks HTTP to the real service (the HTTP layer stays here).
+pub fn serve_locally(
+    dir: &Path,
+    store: Arc<dyn crate::store::Store>,
+) -> anyhow::Result<LocalService> {
+    let secret = load_or_create_secret(dir, true)?;
+    let token =
+        Authorizer::hs256(&secret).mint(&claims_for("demo", Role::Admin, None, None, 3600)?)?;
+    let engine = crate::engine::Engine::recover(store)?;
+    let state = Arc::new(AppState::new(
+        engine.clone(),
+        Authorizer::hs256(&secret),
+        Limits::default(),
+        None,
+    ));
+    let runtime = tokio::runtime::Runtime::new()?;
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let base = format!("http://{}", listener.local_addr()?);
+    runtime.spawn(async move {
+        let _ = axum::serve(listener, router(state)).await;
+    });
+    Ok(LocalService {
+        runtime,
+        base,
+        token,
+        engine,
+    })
+}
+
 /// Name of the HS256 secret file in the data directory.
 pub const SECRET_FILE: &str = "secret";
 /// Name of the admin token file written on first start.
@@ -363,8 +405,11 @@ impl ServeCmd {
         // defaults to the bound address); a single node recovers everything now.
         let state = match cluster_url {
             Some(url) => Err((url, store, auth)),
-            None => Ok(AppState::recover(store, auth, limits, metrics.clone())
-                .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?),
+            None => {
+                let engine = crate::engine::Engine::recover(store)
+                    .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+                Ok(AppState::new(engine, auth, limits, metrics.clone()))
+            }
         };
         let runtime = tokio::runtime::Runtime::new()?;
         runtime.block_on(async move {
@@ -386,12 +431,12 @@ impl ServeCmd {
                     let node = crate::engine::cluster::ClusterNode::connect(&url, config)
                         .await
                         .map_err(|e| anyhow::anyhow!("refusing to start: cluster: {e:#}"))?;
-                    AppState {
-                        engine: crate::engine::Engine::for_cluster(store, node),
+                    AppState::new(
+                        crate::engine::Engine::for_cluster(store, node),
                         auth,
                         limits,
-                        metrics: metrics.clone(),
-                    }
+                        metrics.clone(),
+                    )
                 }
             };
             let metrics_listener = match &self.metrics_listen {

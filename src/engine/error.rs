@@ -135,6 +135,23 @@ impl EngineError {
         }
     }
 
+    /// Whether another process stored the same step first: a conflict for the
+    /// client, not an outage.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, EngineError::Store(StoreError::Duplicate { .. }))
+    }
+
+    /// Whether the store could not tell if the change was committed: it may be
+    /// in the log, so the answer must not say "nothing was applied".
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, EngineError::Store(StoreError::OutcomeUnknown { .. }))
+    }
+
+    /// Whether another request with the same idempotency key is being applied.
+    pub fn is_key_in_use(&self) -> bool {
+        matches!(self, EngineError::Store(StoreError::KeyUsed { .. }))
+    }
+
     /// A store failure, logged where it happens (the client only hears "retry").
     pub(crate) fn store(e: StoreError) -> Self {
         if !matches!(e, StoreError::Duplicate { .. } | StoreError::KeyUsed { .. }) {

@@ -34,11 +34,13 @@
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
 //! | `cluster/` | cluster mode: leases, serving deadline, takeover, drain (`docs/cluster.md`) |
+//! | `accountant.rs` | the stateless accountant's requests (validated) and computations, for the CLI and the HTTP API |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
 //! belongs on [`Dataset`], changed under the ledger's write lock in `commands.rs`
 //! and `releases.rs`, and rebuilt record by record in `recovery.rs`.
 
+pub mod accountant;
 pub mod allocator;
 mod archive;
 mod background;

@@ -83,6 +83,7 @@ mod pld_events;
 mod prefix;
 mod protocol;
 pub mod replay;
+pub mod wire;
 
 pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 pub use config::{Clipping, DatasetConfig, IndividualBudget, Sampling, MAX_EXAMPLES, MAX_ORDERS};

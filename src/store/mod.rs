@@ -75,7 +75,8 @@
 
 pub mod archive;
 pub mod cluster;
-pub mod codec;
+/// Step records' payloads are the step protocol's wire encoding.
+pub use crate::ledger::wire as codec;
 mod error;
 mod group;
 pub mod idempotency;

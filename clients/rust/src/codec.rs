@@ -3,7 +3,7 @@
 //!
 //! A 4096-example step is about 64 KiB instead of ~150 KiB of JSON, and the server
 //! stores exactly these bytes. The layout (little-endian) is documented byte by
-//! byte in the server's `src/store/codec.rs`:
+//! byte in the server's `src/ledger/wire.rs`:
 //!
 //! `DPLS`, version `1`, flags (bit 0 part, bit 1 noise multiplier, bit 2 sampling
 //! rate, bit 3 delta-encoded ids), `step` u64, [part index u32, count u32],

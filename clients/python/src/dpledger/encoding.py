@@ -1,5 +1,5 @@
 """The compact binary step encoding ``DPLS`` version 1 (the server's
-``src/store/codec.rs`` documents it byte by byte; Content-Type
+``src/ledger/wire.rs`` documents it byte by byte; Content-Type
 ``application/octet-stream``).
 
 All integers little-endian::

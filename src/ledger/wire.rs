@@ -1,8 +1,8 @@
 //! Compact binary encoding of one step report (or one part of it): format `DPLS`,
 //! version 1.
 //!
-//! The same bytes are the payload of [`RecordKind::StepPart`](super::RecordKind)
-//! records in the store and the binary body of the step endpoint, so the format is
+//! The same bytes are the payload of `StepPart` records in the store (which reuses
+//! this module as `store::codec`) and the binary body of the step endpoint, so the format is
 //! fixed, versioned and documented here byte by byte. A step of 4096 examples is
 //! about 64 KiB in raw form instead of ~150 KiB of JSON, and decoding it is a bounds-
 //! checked copy.
