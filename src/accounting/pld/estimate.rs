@@ -5,18 +5,21 @@
 //! Connect-the-dots error is relative to the grid spacing `h`: an epsilon that
 //! spans few grid steps is loose (at the old fixed `h = 1e-3` an epsilon of 0.02
 //! came out 30% high). As the worst case does ([`super::worst_case_epsilon`]), an
-//! answer is first composed on the default grid ([`ESTIMATE_GRIDS`]`[0]`,
-//! `1e-3`); when it spans fewer than [`REFINE_POINTS`] grid steps, or a step's
-//! loss spread is under [`STEPS_PER_SCALE`] steps, it is composed again on the
-//! coarsest grid `1e-3 / 2^j` meeting both (at finest `1e-3 / 128`), and the
-//! smaller answer is kept: both are pessimistic discretisations of the same
-//! composition, so their minimum is too. Grids are powers of two apart so that
-//! a few grids serve every query and their spectra are shared.
+//! answer is first composed on the coarsest grid `1e-3 / 2^j` (`j <`
+//! [`ESTIMATE_GRIDS`], so at finest `1e-3 / 128`) spanning [`STEPS_PER_SCALE`]
+//! steps of one step's loss spread (its root mean square over the example's
+//! steps: a few steps at a tiny spread do not force a fine grid on an example
+//! whose loss comes from its other levels); when the answer spans fewer than
+//! [`REFINE_POINTS`] grid steps it is composed again on the coarsest grid that
+//! it does, and the smaller answer is kept: both are pessimistic
+//! discretisations of the same composition, so their minimum is too. Grids are
+//! powers of two apart so that a few grids serve every query and their spectra
+//! are shared.
 //!
 //! # The domain
 //! Each answer's FFT domain is planned from its own events (Chernoff bounds on
-//! their cached MGFs, wrap-around tail [`TAIL`] per side) and rounded up to a
-//! power of two (at least [`MIN_DOMAIN`]): similar histories share a size, and
+//! their cached MGFs, wrap-around tail [`TAIL`] per side, added to delta) and
+//! rounded up to a power of two (at least [`MIN_DOMAIN`]): similar histories share a size, and
 //! so the spectra cached at it ([`EstimateCache`]).
 
 use super::accountant::{
@@ -108,16 +111,19 @@ pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) 
     if let Some(a) = cache.answer(&key) {
         return Ok(a);
     }
-    let first = compose_on(cache, &live, 0)?.epsilon(delta)?;
-    let target = (first / REFINE_POINTS).min(rms_loss_scale(&live) / STEPS_PER_SCALE);
+    // The step-spread rule needs no first answer: when it already asks for a
+    // finer grid, the default grid is skipped (its spectra are not built).
+    let tail = TAIL;
+    let by_scale = grid_for(rms_loss_scale(&live) / STEPS_PER_SCALE);
+    let first = compose_on(cache, &live, by_scale, tail)?.epsilon(delta)?;
     let mut answer = Answer {
         epsilon: first,
-        value_discretization: grid_step(0),
+        value_discretization: grid_step(by_scale),
     };
-    if target < grid_step(0) {
-        let j = grid_for(target);
+    let j = grid_for(first / REFINE_POINTS).max(by_scale);
+    if j > by_scale {
         // A refinement the domain cannot hold keeps the first answer.
-        if let Ok(second) = compose_on(cache, &live, j).and_then(|p| p.epsilon(delta)) {
+        if let Ok(second) = compose_on(cache, &live, j, tail).and_then(|p| p.epsilon(delta)) {
             if second < first {
                 answer = Answer {
                     epsilon: second,
@@ -131,7 +137,12 @@ pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) 
 }
 
 /// The composition of `events` (each releasing something) on grid `j`.
-pub fn compose_on(cache: &EstimateCache, events: &[PldEvent], j: u8) -> Result<ComposedPld> {
+pub fn compose_on(
+    cache: &EstimateCache,
+    events: &[PldEvent],
+    j: u8,
+    tail: f64,
+) -> Result<ComposedPld> {
     let h = grid_step(j);
     // Single-mechanism PLDs built for an MGF, kept (within a budget) for the
     // spectrum that follows.
@@ -159,7 +170,7 @@ pub fn compose_on(cache: &EstimateCache, events: &[PldEvent], j: u8) -> Result<C
             .zip(events)
             .map(|(m, e)| (&m[d], count(e)))
             .collect();
-        let w = plan(&parts, h, TAIL, None)?;
+        let w = plan(&parts, h, tail, None)?;
         size = size.max(w.size.next_power_of_two());
     }
     let mut spectra = Vec::with_capacity(events.len());
@@ -184,7 +195,7 @@ pub fn compose_on(cache: &EstimateCache, events: &[PldEvent], j: u8) -> Result<C
             .zip(events)
             .map(|(m, e)| (&m[d], count(e)))
             .collect();
-        let window = plan(&parts, h, TAIL, Some(size))?;
+        let window = plan(&parts, h, tail, Some(size))?;
         let parts: Vec<(&Spectrum, u64)> = spectra
             .iter()
             .zip(events)
