@@ -113,7 +113,7 @@ async fn cluster_view(State(state): S, Auth(claims): Auth) -> ApiResult<Json<Clu
     };
     let ttl = node.config.lease_ttl.as_millis() as u64;
     let (nodes, leases) = node.view().await?;
-    let live = |l: &crate::store::cluster::LeaseRow| l.owner.is_some() && l.expires_in_ms > 0;
+    let live = |l: &crate::engine::cluster::LeaseRow| l.owner.is_some() && l.expires_in_ms > 0;
     let nodes = nodes
         .into_iter()
         .map(|n| ClusterNodeView {
@@ -245,9 +245,27 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         }
         Some(owner) => match forward(request, &owner, &node.config.node_id).await {
             Ok(response) => response,
-            Err(e) => {
+            // Never connected: the owner cannot have seen the request, so
+            // "not applied, retry" is the truth.
+            Err(e) if e.is_connect() => {
                 tracing::warn!(dataset = id, owner = owner.node_id, error = %e, "forwarding failed");
                 refuse(Some(owner), "its owner could not be reached")
+            }
+            // Sent, but no (whole) answer: the owner may have applied it. The
+            // not-owner promise would be false; say the outcome is unknown.
+            Err(e) => {
+                tracing::warn!(dataset = id, owner = owner.node_id, error = %e, "forwarded request unanswered");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "outcome-unknown",
+                    format!(
+                        "the request was forwarded to dataset {id:?}'s owner {}, which did not answer \
+                         in time: it may or may not have been applied; retry with the same \
+                         Idempotency-Key (steps are exactly-once by number)",
+                        owner.node_id
+                    ),
+                )
+                .into_response()
             }
         },
     }

@@ -16,7 +16,9 @@ mod leases;
 
 use super::error::{EngineError, EngineResult};
 use super::{Dataset, Engine};
-use crate::store::cluster::{ClusterDb, LeaseRow, NodeRow};
+/// A dataset's lease as the cluster map shows it.
+pub use crate::store::cluster::LeaseRow;
+use crate::store::cluster::{ClusterDb, NodeRow};
 use crate::store::Store;
 use dashmap::DashMap;
 use std::collections::HashSet;
