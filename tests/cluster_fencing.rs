@@ -44,11 +44,11 @@ fn the_database_refuses_writes_under_a_stale_epoch() {
     assert_eq!(rt.block_on(db.claim_new("d", "b", ttl)).unwrap(), None);
     assert_eq!(rt.block_on(db.claim_new("d", "a", ttl)).unwrap(), Some(1));
     store
-        .append_fenced(vec![record("d", RecordKind::DatasetCreated)], 1)
+        .append_fenced(vec![record("d", RecordKind::DatasetCreated)], None, 1)
         .expect("the holder writes");
     for (epoch, what) in [(Some(2), "a future epoch"), (None, "no epoch")] {
         let refused = match epoch {
-            Some(e) => store.append_fenced(vec![record("d", RecordKind::Refresh)], e),
+            Some(e) => store.append_fenced(vec![record("d", RecordKind::Refresh)], None, e),
             None => store.append(vec![record("d", RecordKind::Refresh)]),
         };
         assert!(
@@ -70,11 +70,12 @@ fn the_database_refuses_writes_under_a_stale_epoch() {
             record("d", RecordKind::Refresh),
             record("d", RecordKind::BudgetChange),
         ],
+        None,
         1,
     );
     assert!(matches!(stale, Err(StoreError::Fenced { .. })), "{stale:?}");
     store
-        .append_fenced(vec![record("d", RecordKind::Refresh)], 2)
+        .append_fenced(vec![record("d", RecordKind::Refresh)], None, 2)
         .expect("the new holder writes");
     // The old holder can neither renew nor release what it lost.
     assert!(rt.block_on(db.renew("a", ttl)).unwrap().is_empty());

@@ -137,7 +137,12 @@ async fn requests_go_to_the_owner_named_by_the_map_which_is_read_once() {
 
 #[tokio::test]
 async fn a_not_owner_answer_is_resent_to_the_named_owner_even_for_a_release() {
-    let (b, b_seen) = node(Arc::new(|_, _| (500, vec![], serde_json::json!({})))).await;
+    let (b, b_seen) = node(Arc::new(|_, _| {
+        let refusal = serde_json::json!({"type": "urn:dpledger:problem:conflict",
+            "title": "Conflict", "status": 409, "detail": "no release budget is set"});
+        (409, vec![], refusal)
+    }))
+    .await;
     let owner = b.clone();
     let (a, a_seen) = node(Arc::new(move |_, path| match path {
         "/v1/cluster" => (404, vec![], serde_json::json!({})),
@@ -146,10 +151,9 @@ async fn a_not_owner_answer_is_resent_to_the_named_owner_even_for_a_release() {
     .await;
     let c = client(&a);
     let req = dpledger_client::ReleaseRequest::default();
-    // Node b answers 500: a release is not retried once it may have arrived, so
-    // exactly one attempt reaches b.
+    // Node b refuses (409, not retryable): exactly one attempt reaches it.
     let err = c.create_release("d", &req).await.unwrap_err();
-    assert_eq!(err.status(), Some(500));
+    assert_eq!(err.status(), Some(409));
     assert_eq!(
         *a_seen.lock().unwrap(),
         vec!["GET /v1/cluster", "POST /v1/datasets/d/releases"]
