@@ -178,6 +178,19 @@ impl utoipa::Modify for ApiConventions {
                              other type: nothing was applied",
                         ))
                     });
+                    responses.entry("400".into()).or_insert_with(|| {
+                        RefOr::T(problem(
+                            "Malformed request; a malformed Idempotency-Key names the field \
+                             `Idempotency-Key`",
+                        ))
+                    });
+                    responses.entry("409".into()).or_insert_with(|| {
+                        RefOr::T(problem(
+                            "A conflict with the dataset's state, or the Idempotency-Key's \
+                             change is still being applied \
+                             (`urn:dpledger:problem:idempotency-key-in-use`)",
+                        ))
+                    });
                     responses.entry("422".into()).or_insert_with(|| {
                         RefOr::T(problem(
                             "The Idempotency-Key was used with a different request \
