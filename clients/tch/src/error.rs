@@ -8,7 +8,8 @@ use std::fmt;
 #[derive(Debug)]
 pub enum Error {
     /// The ledger refused a report or could not be reached (after retries).
-    Ledger(dpledger_client::Error),
+    /// Boxed: the client's error carries the server's whole problem document.
+    Ledger(Box<dpledger_client::Error>),
     /// libtorch failed.
     Torch(tch::TchError),
     /// The model or data cannot be trained privately as given (e.g. a parameter
@@ -40,7 +41,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Ledger(e) => Some(e),
+            Error::Ledger(e) => Some(e.as_ref()),
             Error::Torch(e) => Some(e),
             Error::Io(e) => Some(e),
             Error::TensorBoard(e) => Some(e.as_ref()),
@@ -51,7 +52,7 @@ impl std::error::Error for Error {
 
 impl From<dpledger_client::Error> for Error {
     fn from(e: dpledger_client::Error) -> Self {
-        Error::Ledger(e)
+        Error::Ledger(Box::new(e))
     }
 }
 
