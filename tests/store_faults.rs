@@ -278,21 +278,46 @@ fn every_change_cut_at_commit_is_answered_truthfully_and_applied_once() {
     }
 }
 
+/// A server whose PostgreSQL connections pass through a fault proxy, with one
+/// dataset created (the setup of the single-change fault tests).
+struct BehindProxy {
+    proxy: FaultProxy,
+    server: Server,
+    admin: String,
+    _dir: tempfile::TempDir,
+}
+
+impl BehindProxy {
+    fn start(db: &TestSchema, dataset: Value) -> BehindProxy {
+        let proxy = FaultProxy::start(&FaultProxy::upstream_of(&db.base));
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(dir.path(), Some(&proxy.url_for(&db.url)));
+        let admin = server.admin_token();
+        let created = send(
+            "POST",
+            &format!("{}/v1/datasets", server.url),
+            &admin,
+            None,
+            &dataset,
+        );
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        BehindProxy {
+            proxy,
+            server,
+            admin,
+            _dir: dir,
+        }
+    }
+}
+
 #[test]
 fn a_step_cut_at_commit_is_answered_truthfully_and_its_retry_applies_once() {
     let Some(db) = TestSchema::new() else { return };
-    let proxy = FaultProxy::start(&FaultProxy::upstream_of(&db.base));
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), Some(&proxy.url_for(&db.url)));
-    let admin = server.admin_token();
-    let created = send(
-        "POST",
-        &format!("{}/v1/datasets", server.url),
-        &admin,
-        None,
-        &json!({"id": "s", "config": poisson_config(8, 0.5, 1.0)}),
+    let behind = BehindProxy::start(
+        &db,
+        json!({"id": "s", "config": poisson_config(8, 0.5, 1.0)}),
     );
-    assert_eq!(created.status, 201, "{:?}", created.body);
+    let (proxy, server, admin) = (&behind.proxy, &behind.server, &behind.admin);
     for (step, cut) in [Cut::Before, Cut::During, Cut::After]
         .into_iter()
         .enumerate()
@@ -318,18 +343,11 @@ fn a_step_cut_at_commit_is_answered_truthfully_and_its_retry_applies_once() {
 #[test]
 fn reads_recover_without_a_write_once_the_store_answers_again() {
     let Some(db) = TestSchema::new() else { return };
-    let proxy = FaultProxy::start(&FaultProxy::upstream_of(&db.base));
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), Some(&proxy.url_for(&db.url)));
-    let admin = server.admin_token();
-    let created = send(
-        "POST",
-        &format!("{}/v1/datasets", server.url),
-        &admin,
-        None,
-        &json!({"id": "r", "config": poisson_config(8, 0.5, 1.0), "release_budget": {"rho": 1.0}}),
+    let behind = BehindProxy::start(
+        &db,
+        json!({"id": "r", "config": poisson_config(8, 0.5, 1.0), "release_budget": {"rho": 1.0}}),
     );
-    assert_eq!(created.status, 201, "{:?}", created.body);
+    let (proxy, server, admin) = (&behind.proxy, &behind.server, &behind.admin);
     // The commit lands, its answer is lost, and the store goes down at once.
     proxy.arm(Cut::After);
     let watcher = {

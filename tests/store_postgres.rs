@@ -13,22 +13,18 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use dpledger::store::{self, Record, RecordKind, StepPayload, Store, StoreError, StoredRecord};
+use dpledger::store::{self, Record, RecordKind, StepPayload, Store, StoreError};
 use postgres::NoTls;
 
 use common::pg_schema::TestSchema;
+use common::store_records::{
+    assert_a_duplicate_fails_only_its_caller, assert_contiguous,
+    assert_duplicates_write_nothing_of_their_call, event, load_all, step,
+};
 
-fn event(dataset: &str, kind: RecordKind, payload: &str) -> Record {
-    Record {
-        dataset: dataset.into(),
-        kind,
-        step: None,
-        part: None,
-        payload: payload.as_bytes().to_vec(),
-    }
-}
-
-fn step(dataset: &str, step: u64, part: Option<u32>) -> Record {
+/// A step whose payload holds a NaN with a payload and a negative zero, to see
+/// them stored bit for bit.
+fn nan_step(dataset: &str, step: u64, part: Option<u32>) -> Record {
     let payload = StepPayload {
         step,
         part: part.map(|p| (p, 4)),
@@ -46,27 +42,12 @@ fn step(dataset: &str, step: u64, part: Option<u32>) -> Record {
     }
 }
 
-fn load_all(store: &dyn Store) -> Result<Vec<StoredRecord>, StoreError> {
-    let mut out = Vec::new();
-    store.load(&mut |r| {
-        out.push(r);
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-fn assert_contiguous(records: &[StoredRecord]) {
-    for (i, r) in records.iter().enumerate() {
-        assert_eq!(r.seq, i as u64 + 1, "seq not contiguous at position {i}");
-    }
-}
-
 #[test]
 fn round_trip_and_reopen() {
     let Some(db) = TestSchema::new() else { return };
     let records = vec![
         event("alpha", RecordKind::DatasetCreated, "{\"n\":1}"),
-        step("alpha", 0, None),
+        nan_step("alpha", 0, None),
         step("alpha", 1, Some(0)),
         step("alpha", 1, Some(3)),
         event("alpha", RecordKind::Refresh, "{}"),
@@ -110,50 +91,8 @@ fn duplicates_write_nothing_of_their_call() {
     let Some(db) = TestSchema::new() else { return };
     let store = store::open(&db.url).unwrap();
     store.append(vec![step("d", 0, None)]).unwrap();
-    let err = store
-        .append(vec![
-            event("d", RecordKind::Refresh, "{}"),
-            step("d", 1, None),
-            step("d", 0, None),
-        ])
-        .unwrap_err();
-    assert_eq!(
-        err,
-        StoreError::Duplicate {
-            dataset: "d".into(),
-            step: 0,
-            part: None
-        }
-    );
-    let err = store
-        .append(vec![step("d", 5, Some(2)), step("d", 5, Some(2))])
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::Duplicate {
-                step: 5,
-                part: Some(2),
-                ..
-            }
-        ),
-        "{err}"
-    );
-    let err = store.append(vec![step("d", 0, Some(0))]).unwrap_err();
-    assert!(
-        matches!(err, StoreError::Duplicate { step: 0, .. }),
-        "{err}"
-    );
-    store
-        .append(vec![
-            step("d", 1, Some(1)),
-            step("e", 0, None),
-            event("d", RecordKind::Release, "{}"),
-        ])
-        .unwrap();
-    let loaded = load_all(&*store).unwrap();
-    assert_contiguous(&loaded);
-    assert_eq!(loaded.len(), 4);
+    let loaded = assert_duplicates_write_nothing_of_their_call(&*store);
+    assert_eq!(loaded.len(), 4, "no failed call left a trace");
 }
 
 #[test]
@@ -413,55 +352,7 @@ fn a_duplicate_fails_only_its_caller_within_a_group_commit() {
         &[],
     )
     .unwrap();
-    let pilot = {
-        let store = Arc::clone(&store);
-        std::thread::spawn(move || store.append(vec![step("pilot", 0, None)]))
-    };
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let threads = 24;
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let store = Arc::clone(&store);
-            let barrier = Arc::clone(&barrier);
-            std::thread::spawn(move || {
-                barrier.wait();
-                let records = match t % 6 {
-                    0 => vec![step("d", 100 + t as u64, None), step("d", 0, None)],
-                    1 => vec![step("race", 1, None)],
-                    _ => vec![
-                        step("d", 100 + t as u64, None),
-                        step("d", 500 + t as u64, None),
-                    ],
-                };
-                (t, store.append(records))
-            })
-        })
-        .collect();
-    barrier.wait();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    lock.commit().unwrap();
-    assert_eq!(pilot.join().unwrap(), Ok(vec![2]));
-    let mut race_winners = 0;
-    for h in handles {
-        let (t, result) = h.join().unwrap();
-        match t % 6 {
-            0 => assert!(
-                matches!(result, Err(StoreError::Duplicate { step: 0, .. })),
-                "caller {t}: {result:?}"
-            ),
-            1 => match result {
-                Ok(_) => race_winners += 1,
-                Err(StoreError::Duplicate { step: 1, .. }) => {}
-                Err(e) => panic!("caller {t}: {e}"),
-            },
-            _ => assert_eq!(result.map(|s| s.len()), Ok(2), "caller {t}"),
-        }
-    }
-    assert_eq!(race_winners, 1);
-    let loaded = load_all(&*store).unwrap();
-    assert_contiguous(&loaded);
-    assert_eq!(loaded.len(), 3 + (threads - 8) * 2);
+    assert_a_duplicate_fails_only_its_caller(store, || lock.commit().unwrap());
 }
 
 /// Issue 15.1: a process killed while its COMMIT is in flight leaves a backend that

@@ -4,6 +4,7 @@
 
 pub mod fault_proxy;
 pub mod pg_schema;
+pub mod store_records;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
