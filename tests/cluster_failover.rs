@@ -98,10 +98,11 @@ fn a_drained_node_hands_its_datasets_over_and_exits() {
     let trace = poisson_trace(3, n, q, 30);
     for d in ["a", "b"] {
         for step in &trace[..10] {
-            let r = post(
+            let r = post_retrying(
                 &format!("{}/v1/datasets/{d}/steps", cluster.nodes[1].url),
-                Some(&admin),
+                &admin,
                 step,
+                Duration::from_secs(20),
             );
             assert_eq!(r.status, 200, "{:?}", r.body);
         }
@@ -132,10 +133,12 @@ fn a_drained_node_hands_its_datasets_over_and_exits() {
         let (owner, _) = cluster.wait_owner(d, Some("n1"), Duration::from_secs(20));
         assert_ne!(owner, "n1");
         for step in &trace[10..20] {
-            let r = post(
+            // Retried while a dataset moves (the survivors rebalance).
+            let r = post_retrying(
                 &format!("{}/v1/datasets/{d}/steps", cluster.nodes[2].url),
-                Some(&admin),
+                &admin,
                 step,
+                Duration::from_secs(20),
             );
             assert_eq!(r.status, 200, "{:?}", r.body);
             assert_eq!(r.body["duplicate"], false);

@@ -93,11 +93,19 @@ fn the_database_refuses_writes_under_a_stale_epoch() {
 
 #[test]
 fn a_paused_owner_is_fenced_and_stops_answering() {
-    let Some(mut cluster) = Cluster::start(2, 1000) else {
+    // n2 offers little memory, so that placement puts d on n1.
+    let Some(mut cluster) = Cluster::start_with(2, 1000, |i| match i {
+        1 => vec!["--node-memory-bytes".into(), "100000000".into()],
+        _ => Vec::new(),
+    }) else {
         return;
     };
     let (n, q) = (60u64, 0.2);
     cluster.create(0, "d", n, q);
+    assert_eq!(
+        cluster.wait_owner("d", None, Duration::from_secs(10)).0,
+        "n1"
+    );
     let admin = cluster.admin_token();
     let trace = Arc::new(poisson_trace(5, n, q, 100_000));
     // A trainer streams steps to the owner, n1, only.

@@ -2,7 +2,8 @@
 //! (`GET /v1/cluster`), draining a node, and routing: a request for a dataset
 //! this node does not serve is forwarded to the owner (body streamed, bounded
 //! timeout, `Authorization` passed through: the owner authorises it), or
-//! refused with the retryable `503 not-owner` and `Retry-After`.
+//! refused with the retryable `503 not-owner` and `Retry-After`; a creation
+//! is sent to the node placement chooses (most free memory).
 
 use super::auth::Access;
 use super::extract::{ApiPath, Auth};
@@ -43,8 +44,12 @@ pub struct ClusterNodeView {
     pub draining: bool,
     /// Milliseconds since its heartbeat, by the database's clock.
     pub heartbeat_age_ms: u64,
-    /// Memory it reports free, in bytes.
+    /// Memory it reports free for new datasets, in bytes (placement sends a
+    /// new dataset to the live node with the most).
     pub memory_free_bytes: Option<u64>,
+    /// Memory its ledgers in memory use, in bytes (the storage report's
+    /// `memory_bytes`).
+    pub ledger_memory_bytes: Option<u64>,
     /// Datasets whose live lease it holds.
     pub datasets_owned: u64,
 }
@@ -106,6 +111,7 @@ async fn cluster_view(State(state): S, Auth(claims): Auth) -> ApiResult<Json<Clu
                 draining: false,
                 heartbeat_age_ms: 0,
                 memory_free_bytes: memory_free(),
+                ledger_memory_bytes: Some(state.engine.node_memory().ledger_bytes),
                 datasets_owned: state.engine.dataset_ids().len() as u64,
             }],
             datasets: Vec::new(),
@@ -124,6 +130,7 @@ async fn cluster_view(State(state): S, Auth(claims): Auth) -> ApiResult<Json<Clu
             alive: (n.heartbeat_age_ms.max(0) as u64) < ttl,
             heartbeat_age_ms: n.heartbeat_age_ms.max(0) as u64,
             memory_free_bytes: n.memory_free.map(|m| m.max(0) as u64),
+            ledger_memory_bytes: n.ledger_bytes.map(|m| m.max(0) as u64),
             draining: n.draining,
             advertise: Some(n.advertise),
             node_id: n.node_id,
@@ -206,6 +213,18 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     let Some(node) = state.engine.cluster().cloned() else {
         return next.run(request).await;
     };
+    if request.method() == axum::http::Method::POST
+        && request.uri().path() == "/v1/datasets"
+        && !request.headers().contains_key(FORWARDED)
+    {
+        if let Some(target) = node.placement() {
+            let target = OwnerRef {
+                node_id: target.node_id,
+                advertise: target.advertise,
+            };
+            return place(&state, request, target, next).await;
+        }
+    }
     let Some(id) = dataset_of(request.uri().path()).map(str::to_string) else {
         return next.run(request).await;
     };
@@ -255,17 +274,12 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
             // not-owner promise would be false; say the outcome is unknown.
             Err(e) => {
                 tracing::warn!(dataset = id, owner = owner.node_id, error = %e, "forwarded request unanswered");
-                Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "outcome-unknown",
-                    format!(
-                        "the request was forwarded to dataset {id:?}'s owner {}, which did not answer \
-                         in time: it may or may not have been applied; retry with the same \
-                         Idempotency-Key (steps are exactly-once by number)",
-                        owner.node_id
-                    ),
-                )
-                .into_response()
+                outcome_unknown(&format!(
+                    "the request was forwarded to dataset {id:?}'s owner {}, which did not answer \
+                     in time: it may or may not have been applied; retry with the same \
+                     Idempotency-Key (steps are exactly-once by number)",
+                    owner.node_id
+                ))
             }
         },
     }
@@ -310,15 +324,25 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 /// Sends `request` to `owner` and streams its answer back.
 async fn forward(request: Request, owner: &OwnerRef, me: &str) -> Result<Response, reqwest::Error> {
     let (parts, body) = request.into_parts();
+    let body = reqwest::Body::wrap_stream(body.into_data_stream());
+    send_to(owner, me, &parts, body).await
+}
+
+/// Sends a request (`parts` and `body`) to `owner`, marked as forwarded by
+/// `me`, and streams its answer back.
+async fn send_to(
+    owner: &OwnerRef,
+    me: &str,
+    parts: &axum::http::request::Parts,
+    body: reqwest::Body,
+) -> Result<Response, reqwest::Error> {
     let path = parts
         .uri
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
     let url = format!("{}{path}", owner.advertise.trim_end_matches('/'));
-    let mut outgoing = client()
-        .request(parts.method.clone(), url)
-        .body(reqwest::Body::wrap_stream(body.into_data_stream()));
+    let mut outgoing = client().request(parts.method.clone(), url).body(body);
     for (name, value) in parts.headers.iter() {
         if !hop_by_hop(name) {
             outgoing = outgoing.header(name, value);
@@ -339,4 +363,51 @@ async fn forward(request: Request, owner: &OwnerRef, me: &str) -> Result<Respons
             Problem::internal(StatusCode::BAD_GATEWAY, "the owner's answer was malformed")
                 .into_response()
         }))
+}
+
+/// A creation (`POST /v1/datasets`) received here goes to the node placement
+/// chose (most free memory), which creates the dataset on itself; when that
+/// node cannot be reached, this node creates it (nothing was sent, so nothing
+/// was applied there). The body is read first (it is bounded by the body
+/// limit) so that it can still be answered here.
+async fn place(state: &AppState, request: Request, target: OwnerRef, next: Next) -> Response {
+    let me = state
+        .engine
+        .cluster()
+        .map(|n| n.config.node_id.clone())
+        .unwrap_or_default();
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, state.limits.max_body_bytes).await {
+        Ok(b) => b,
+        Err(_) => {
+            return Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "the request body is too large (or could not be read)",
+            )
+            .into_response()
+        }
+    };
+    match send_to(&target, &me, &parts, reqwest::Body::from(bytes.clone())).await {
+        Ok(response) => response,
+        Err(e) if e.is_connect() => {
+            tracing::warn!(node = target.node_id, error = %e,
+                "placing a dataset on another node failed: creating it here");
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(e) => {
+            tracing::warn!(node = target.node_id, error = %e, "forwarded creation unanswered");
+            outcome_unknown(&format!(
+                "the creation was forwarded to node {} (placement), which did not answer in \
+                 time: the dataset may or may not have been created there; retry with the same \
+                 Idempotency-Key",
+                target.node_id
+            ))
+        }
+    }
+}
+
+fn outcome_unknown(detail: &str) -> Response {
+    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "outcome-unknown", detail).into_response()
 }

@@ -221,11 +221,13 @@ async fn create_dataset(
 }
 
 #[utoipa::path(get, path = "/v1/datasets", tag = "datasets",
-    responses((status = 200, body = DatasetList), (status = 401, body = Problem)), security(("bearer" = [])))]
+    responses((status = 200, body = DatasetList), (status = 401, body = Problem),
+              (status = 503, body = Problem)), security(("bearer" = [])))]
 async fn list_datasets(State(state): S, Auth(claims): Auth) -> ApiResult<Json<DatasetList>> {
     let datasets = state
         .engine
-        .dataset_ids()
+        .all_dataset_ids()
+        .await?
         .into_iter()
         .filter(|d| claims.sees_dataset(d))
         .collect();

@@ -177,6 +177,12 @@ pub struct ServeCmd {
     #[arg(long, default_value_t = 10_000, env = "DPLEDGER_LEASE_TTL_MS",
           value_parser = clap::value_parser!(u64).range(200..))]
     pub lease_ttl_ms: u64,
+    /// Memory this node offers to ledgers, in bytes (default: whatever the
+    /// machine has available). New datasets are placed on the live node with
+    /// the most free memory; set it where the machine's figure is not this
+    /// process's to use (a container's limit, several nodes on one host).
+    #[arg(long, env = "DPLEDGER_NODE_MEMORY_BYTES")]
+    pub node_memory_bytes: Option<u64>,
 }
 
 fn parse_leeway(text: &str) -> Result<u64, String> {
@@ -427,6 +433,7 @@ impl ServeCmd {
                             .clone()
                             .unwrap_or_else(|| format!("http://{bound}")),
                         lease_ttl: std::time::Duration::from_millis(self.lease_ttl_ms),
+                        memory_bytes: self.node_memory_bytes,
                     };
                     let node = crate::engine::cluster::ClusterNode::connect(&url, config)
                         .await

@@ -14,10 +14,10 @@
 //!
 //! ```sql
 //! dpledger_nodes(node_id TEXT PRIMARY KEY, advertise TEXT, heartbeat TIMESTAMPTZ,
-//!                draining BOOLEAN, memory_free BIGINT NULL)
+//!                draining BOOLEAN, memory_free BIGINT NULL, ledger_bytes BIGINT NULL)
 //! dpledger_leases(dataset TEXT PRIMARY KEY, owner TEXT NULL, epoch BIGINT,
 //!                 expires_at TIMESTAMPTZ)
 //! dpledger_events.epoch BIGINT NULL   -- the writer's epoch, checked by the trigger
 //! ```
 
-pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeRow};
+pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};

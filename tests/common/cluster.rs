@@ -17,6 +17,8 @@ pub struct Node {
     pub id: String,
     pub url: String,
     port: u16,
+    /// Extra `serve` flags, kept for restarts.
+    extra: Vec<String>,
     child: Option<Child>,
     stdout: Option<BufReader<ChildStdout>>,
     stopped: bool,
@@ -122,7 +124,14 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn spawn(dir: &Path, store: &str, id: &str, port: u16, ttl_ms: u64) -> Result<Node, String> {
+fn spawn(
+    dir: &Path,
+    store: &str,
+    id: &str,
+    port: u16,
+    ttl_ms: u64,
+    extra: &[String],
+) -> Result<Node, String> {
     let mut child = Command::new(binary())
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
@@ -130,6 +139,7 @@ fn spawn(dir: &Path, store: &str, id: &str, port: u16, ttl_ms: u64) -> Result<No
         .args(["--store", store, "--cluster", "--node-id", id])
         .args(["--lease-ttl-ms", &ttl_ms.to_string()])
         .args(["--snapshot-records", "200"])
+        .args(extra)
         .env("DPLEDGER_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -146,6 +156,7 @@ fn spawn(dir: &Path, store: &str, id: &str, port: u16, ttl_ms: u64) -> Result<No
         id: id.to_string(),
         url: url.to_string(),
         port,
+        extra: extra.to_vec(),
         child: Some(child),
         stdout: Some(stdout),
         stopped: false,
@@ -155,6 +166,16 @@ fn spawn(dir: &Path, store: &str, id: &str, port: u16, ttl_ms: u64) -> Result<No
 impl Cluster {
     /// `None` only when PostgreSQL is unreachable and skipping was asked for.
     pub fn start(nodes: usize, ttl_ms: u64) -> Option<Cluster> {
+        Self::start_with(nodes, ttl_ms, |_| Vec::new())
+    }
+
+    /// Like [`Cluster::start`], node `i` (from 0) with the extra `serve`
+    /// flags `extra(i)`.
+    pub fn start_with(
+        nodes: usize,
+        ttl_ms: u64,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Option<Cluster> {
         let schema = TestSchema::new()?;
         let dir = tempfile::tempdir().unwrap();
         let mut cluster = Cluster {
@@ -171,6 +192,7 @@ impl Cluster {
                 &id,
                 free_port(),
                 ttl_ms,
+                &extra(i - 1),
             )
             .unwrap();
             cluster.nodes.push(node);
@@ -178,13 +200,92 @@ impl Cluster {
         Some(cluster)
     }
 
+    /// Starts one more node (`n{count+1}`), which joins the cluster; answers
+    /// its index.
+    pub fn add_node(&mut self, extra: &[String]) -> usize {
+        let id = format!("n{}", self.nodes.len() + 1);
+        let node = spawn(
+            self.dir.path(),
+            &self.schema.url,
+            &id,
+            free_port(),
+            self.ttl_ms,
+            extra,
+        )
+        .unwrap();
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// Waits until every dataset of the map has a live owner and the nodes up
+    /// hold numbers of datasets within one of each other (placement and
+    /// rebalancing settled: nothing moves any more); answers the counts.
+    pub fn wait_balanced(&self, bound: Duration) -> std::collections::BTreeMap<String, u64> {
+        let started = Instant::now();
+        loop {
+            let i = self
+                .nodes
+                .iter()
+                .position(|n| n.is_up())
+                .expect("a node up");
+            let map = self.map(i);
+            let owned = map["datasets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|d| d["owner"].is_string());
+            let counts: std::collections::BTreeMap<String, u64> = self
+                .owned_counts()
+                .into_iter()
+                .filter(|(id, _)| self.nodes.iter().any(|n| &n.id == id && n.is_up()))
+                .collect();
+            let (lo, hi) = (counts.values().min(), counts.values().max());
+            if owned && hi.zip(lo).is_some_and(|(h, l)| h - l <= 1) {
+                return counts;
+            }
+            assert!(
+                started.elapsed() < bound,
+                "not balanced after {bound:?}: {counts:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// How many live leases each node holds, by node id (from any node's map).
+    pub fn owned_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        let i = self
+            .nodes
+            .iter()
+            .position(|n| n.is_up())
+            .expect("a node up");
+        self.map(i)["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["node_id"].as_str().unwrap().to_string(),
+                    n["datasets_owned"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
     /// Starts node `i` again (same id and port) after a kill or an exit.
     pub fn restart(&mut self, i: usize) {
         self.nodes[i].kill();
         let (id, port) = (self.nodes[i].id.clone(), self.nodes[i].port);
+        let extra = self.nodes[i].extra.clone();
         let mut last = String::new();
         for _ in 0..50 {
-            match spawn(self.dir.path(), &self.schema.url, &id, port, self.ttl_ms) {
+            match spawn(
+                self.dir.path(),
+                &self.schema.url,
+                &id,
+                port,
+                self.ttl_ms,
+                &extra,
+            ) {
                 Ok(node) => {
                     self.nodes[i] = node;
                     return;
@@ -414,6 +515,25 @@ pub fn stream(
     }
     out.acked = t;
     out
+}
+
+/// POSTs `body` to `url` until it is answered other than `503` or a
+/// transport failure (a dataset moving between nodes), within `bound`.
+pub fn post_retrying(
+    url: &str,
+    token: &str,
+    body: &Value,
+    bound: Duration,
+) -> crate::common::Reply {
+    let started = Instant::now();
+    loop {
+        let r = post(url, Some(token), body);
+        if r.status != 503 && r.status != 0 {
+            return r;
+        }
+        assert!(started.elapsed() < bound, "POST {url} kept failing: {r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// GET through any node, retrying retryable answers, until `bound`.

@@ -55,9 +55,13 @@ pub struct ClusterNode {
     /// Milliseconds since its last heartbeat.
     #[serde(default)]
     pub heartbeat_age_ms: Option<u64>,
-    /// Free memory it reported, when it reports one.
+    /// Free memory it reported for new datasets, when it reports one (a new
+    /// dataset is placed on the live node with the most).
     #[serde(default)]
     pub memory_free_bytes: Option<u64>,
+    /// Memory its ledgers in memory use, when it reports it.
+    #[serde(default)]
+    pub ledger_memory_bytes: Option<u64>,
     /// How many datasets it owns.
     #[serde(default)]
     pub datasets_owned: Option<u64>,

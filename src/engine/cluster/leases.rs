@@ -1,19 +1,22 @@
 //! The lease loop of a cluster node. Every quarter TTL it
 //!
-//! 1. writes its heartbeat (and free memory), learning whether it was asked to
-//!    drain;
+//! 1. writes its heartbeat (free memory, the ledgers' memory), learning whether
+//!    it was asked to drain;
 //! 2. renews every lease it holds in one statement; the renewal that succeeds
 //!    moves the node's local serving deadline to *send time + TTL − margin*, and
 //!    a dataset in memory whose lease did not come back is dropped; when renewals
 //!    fail until the deadline passes, the node stops serving everything (it
 //!    cannot know whether its leases still hold);
 //! 3. takes expired leases (a dead owner's, or released ones) and loads those
-//!    datasets, unless it is draining; a lease it holds but has not loaded (a
-//!    failed load) is released with its epoch, to be taken again cleanly;
+//!    datasets, unless it is draining — up to its fair share at once, beyond it
+//!    only vacancies nobody took for a TTL (`placement.rs`); a lease it holds
+//!    but has not loaded (a failed load) is released with its epoch, to be
+//!    taken again cleanly;
 //! 4. when draining, hands its datasets over one by one, and says when none is
-//!    left.
+//!    left; when it holds more than its fair share while another node holds
+//!    less (a node joined), hands one over instead of taking any.
 
-use super::{memory_free, ClusterNode};
+use super::{ClusterNode, Share};
 use crate::engine::Engine;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -22,7 +25,7 @@ use std::time::Instant;
 
 /// Leases taken per round, so that a node starting among live ones, or the
 /// survivors of a death, share the datasets instead of one taking all.
-const TAKE_PER_ROUND: i64 = 4;
+const TAKE_PER_ROUND: usize = 4;
 
 impl Engine {
     /// Runs the lease loop until the task is dropped (a no-op in single-node
@@ -45,7 +48,7 @@ impl Engine {
         let ttl = node.config.lease_ttl;
         match node
             .db
-            .heartbeat(me, &node.config.advertise, memory_free())
+            .heartbeat(me, &node.config.advertise, self.node_memory())
             .await
         {
             Ok(true) if !node.is_draining() => {
@@ -74,25 +77,75 @@ impl Engine {
             return;
         }
         if node.is_draining() {
+            if let Ok(nodes) = node.db.nodes().await {
+                node.remember_nodes(nodes);
+            }
             let next = self.datasets.iter().map(|e| e.key().clone()).next();
             match next {
                 Some(id) => self.hand_over(&id, keep).await,
                 None => node.drained.notify_waiters(),
             }
         } else {
-            match node.db.acquire_expired(me, ttl, TAKE_PER_ROUND).await {
-                Ok(taken) => {
-                    for (id, epoch) in taken {
-                        self.spawn_adopt(node, id, epoch);
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "taking expired leases failed"),
-            }
+            self.share_round(node, keep).await;
         }
         if let Ok(leases) = node.db.leases().await {
             node.remember_leases(leases);
         }
         metrics::gauge!("dpledger_cluster_datasets_owned").set(self.datasets.len() as f64);
+    }
+
+    /// Takes vacant leases up to this node's fair share, or hands one dataset
+    /// over when it holds more than its share while a node lacks work.
+    async fn share_round(&self, node: &Arc<ClusterNode>, keep: usize) {
+        let me = node.config.node_id.as_str();
+        let ttl = node.config.lease_ttl;
+        let (nodes, leases) = match (node.db.nodes().await, node.db.leases().await) {
+            (Ok(n), Ok(l)) => (n, l),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "reading the cluster failed");
+                return;
+            }
+        };
+        let share = Share::of(me, &nodes, &leases, ttl);
+        node.remember_nodes(nodes);
+        if share.surplus() {
+            let adopting = node
+                .adopting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let mut mine: Vec<String> = self
+                .datasets
+                .iter()
+                .map(|e| e.key().clone())
+                .filter(|id| !adopting.contains(id))
+                .collect();
+            mine.sort();
+            if let Some(id) = mine.into_iter().next() {
+                tracing::info!(
+                    dataset = id,
+                    owned = share.owned,
+                    fair = share.ceil,
+                    "rebalancing: handing a dataset over to a node with less"
+                );
+                metrics::counter!("dpledger_cluster_rebalanced_total").increment(1);
+                self.hand_over(&id, keep).await;
+                return;
+            }
+        }
+        let (limit, grace) = share.takes(TAKE_PER_ROUND, ttl);
+        match node
+            .db
+            .acquire_expired_for(me, ttl, limit as i64, grace)
+            .await
+        {
+            Ok(taken) => {
+                for (id, epoch) in taken {
+                    self.spawn_adopt(node, id, epoch);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "taking expired leases failed"),
+        }
     }
 
     /// Drops from memory every dataset whose lease (at its epoch) did not come

@@ -10,15 +10,19 @@
 //! | file | its one job |
 //! |---|---|
 //! | `mod.rs` | [`ClusterNode`]: identity, lease validity, adopting and losing datasets, the cluster view |
-//! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain |
+//! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
+//! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
 
 mod leases;
+mod placement;
+
+pub use placement::{choose_node, Share};
 
 use super::error::{EngineError, EngineResult};
 use super::{Dataset, Engine};
 /// A dataset's lease as the cluster map shows it.
 pub use crate::store::cluster::LeaseRow;
-use crate::store::cluster::{ClusterDb, NodeRow};
+use crate::store::cluster::{ClusterDb, NodeMemory, NodeRow};
 use crate::store::Store;
 use dashmap::DashMap;
 use std::collections::HashSet;
@@ -35,6 +39,9 @@ pub struct ClusterConfig {
     pub advertise: String,
     /// How long a lease lasts without renewal.
     pub lease_ttl: Duration,
+    /// Memory this node offers to ledgers (`None`: what the machine has
+    /// available), for placement.
+    pub memory_bytes: Option<u64>,
 }
 
 /// This node's part of the cluster; see the module documentation.
@@ -54,6 +61,8 @@ pub struct ClusterNode {
     /// The leases as last read and when, for routing (refreshed by the lease
     /// loop every quarter TTL).
     leases: Mutex<(Option<Instant>, Vec<LeaseRow>)>,
+    /// The nodes as last read (heartbeats and memory), for placement.
+    nodes: Mutex<Vec<NodeRow>>,
     /// Signalled when a draining node holds no dataset any more.
     drained: tokio::sync::Notify,
 }
@@ -77,13 +86,21 @@ impl ClusterNode {
             "--lease-ttl-ms must be at least 200"
         );
         let db = ClusterDb::connect(store_url, statement_timeout(config.lease_ttl)).await?;
-        db.heartbeat(&config.node_id, &config.advertise, memory_free())
+        let memory = NodeMemory {
+            free: match (memory_free(), config.memory_bytes) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            ledger_bytes: 0,
+        };
+        db.heartbeat(&config.node_id, &config.advertise, memory)
             .await?;
         db.set_draining(&config.node_id, false).await?;
         let sent = Instant::now();
         for (dataset, epoch) in db.renew(&config.node_id, config.lease_ttl).await? {
             db.release(&dataset, &config.node_id, epoch).await?;
         }
+        let nodes = db.nodes().await.unwrap_or_default();
         // The database answered: this node may create datasets at once.
         let valid_until = sent + config.lease_ttl - config.lease_ttl / 4;
         Ok(ClusterNode {
@@ -93,6 +110,7 @@ impl ClusterNode {
             draining: AtomicBool::new(false),
             adopting: Mutex::new(HashSet::new()),
             leases: Mutex::new((None, Vec::new())),
+            nodes: Mutex::new(nodes),
             drained: tokio::sync::Notify::new(),
         })
     }
@@ -119,8 +137,9 @@ impl ClusterNode {
         self.drained.notified().await
     }
 
-    /// The lease of a dataset being created here, at epoch 1 (placement: the
-    /// node that receives the creation; see `docs/cluster.md`).
+    /// The lease of a dataset being created here, at epoch 1 (the API sends a
+    /// creation to the node [`ClusterNode::placement`] chooses, which creates
+    /// it on itself; see `docs/cluster.md`).
     /// While the returned guard lives, the lease loop leaves the new lease
     /// alone (it is held but the dataset is not registered yet).
     pub(super) async fn claim_new(self: &Arc<Self>, id: &str) -> EngineResult<(u64, Creating)> {
@@ -237,6 +256,24 @@ impl Engine {
             store,
             cluster: Some(Arc::new(node)),
         }
+    }
+
+    /// Every dataset of the deployment, sorted: in single-node mode those this
+    /// process holds; in a cluster, every dataset created in the shared log,
+    /// whichever node serves it now (so that any node lists the same).
+    pub async fn all_dataset_ids(&self) -> EngineResult<Vec<String>> {
+        if self.cluster.is_none() {
+            return Ok(self.dataset_ids());
+        }
+        let store = self.store.clone();
+        let starts = tokio::task::spawn_blocking(move || store.dataset_starts())
+            .await
+            .map_err(|_| EngineError::Internal("listing the datasets failed".into()))?
+            .map_err(EngineError::store)?;
+        let mut ids: Vec<String> = starts.into_iter().map(|(id, _)| id).collect();
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
     }
 
     /// This node's cluster part (`None`: single-node mode).

@@ -25,6 +25,7 @@ const CLUSTER_SCHEMA_SQL: &str = "
         draining    BOOLEAN NOT NULL DEFAULT false,
         memory_free BIGINT
     );
+    ALTER TABLE dpledger_nodes ADD COLUMN IF NOT EXISTS ledger_bytes BIGINT;
     CREATE TABLE IF NOT EXISTS dpledger_leases (
         dataset    TEXT PRIMARY KEY,
         owner      TEXT,
@@ -51,6 +52,15 @@ const CLUSTER_SCHEMA_SQL: &str = "
         ON CONFLICT (dataset) DO NOTHING;
 ";
 
+/// What a node reports of its memory at each heartbeat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeMemory {
+    /// Memory available for new datasets, in bytes (`None`: unknown).
+    pub free: Option<u64>,
+    /// Memory its ledgers in memory use, in bytes.
+    pub ledger_bytes: u64,
+}
+
 /// One node as registered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeRow {
@@ -62,8 +72,10 @@ pub struct NodeRow {
     pub heartbeat_age_ms: i64,
     /// Set when it was asked to hand its datasets over.
     pub draining: bool,
-    /// Memory it reported free, in bytes.
+    /// Memory it reported free for new datasets, in bytes.
     pub memory_free: Option<i64>,
+    /// Memory its ledgers in memory use, in bytes (the storage report's figure).
+    pub ledger_bytes: Option<i64>,
 }
 
 /// One dataset's lease.
@@ -188,25 +200,27 @@ impl ClusterDb {
         .await
     }
 
-    /// Registers the node or refreshes its heartbeat, advertised URL and free
-    /// memory; answers whether it was asked to drain.
+    /// Registers the node or refreshes its heartbeat, advertised URL, free
+    /// memory and the memory its ledgers use; answers whether it was asked to
+    /// drain.
     pub async fn heartbeat(
         &self,
         node: &str,
         advertise: &str,
-        memory_free: Option<u64>,
+        memory: NodeMemory,
     ) -> Result<bool, StoreError> {
         let (node, advertise) = (node.to_string(), advertise.to_string());
-        let memory = memory_free.map(|m| m.min(i64::MAX as u64) as i64);
+        let big = |m: u64| m.min(i64::MAX as u64) as i64;
+        let (memory, ledgers) = (memory.free.map(big), big(memory.ledger_bytes));
         self.with_client("cannot write the heartbeat", move |c| {
             Box::pin(async move {
                 let row = c
                     .query_one(
-                        "INSERT INTO dpledger_nodes (node_id, advertise, heartbeat, memory_free) \
-                         VALUES ($1, $2, now(), $3) \
+                        "INSERT INTO dpledger_nodes (node_id, advertise, heartbeat, memory_free, \
+                         ledger_bytes) VALUES ($1, $2, now(), $3, $4) \
                          ON CONFLICT (node_id) DO UPDATE SET advertise = $2, heartbeat = now(), \
-                         memory_free = $3 RETURNING draining",
-                        &[&node, &advertise, &memory],
+                         memory_free = $3, ledger_bytes = $4 RETURNING draining",
+                        &[&node, &advertise, &memory, &ledgers],
                     )
                     .await?;
                 row.try_get(0)
@@ -262,8 +276,23 @@ impl ClusterDb {
         ttl: Duration,
         limit: i64,
     ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.acquire_expired_for(node, ttl, limit, Duration::ZERO)
+            .await
+    }
+
+    /// Like [`ClusterDb::acquire_expired`], taking only leases expired for at
+    /// least `grace`: a node already holding its fair share leaves a fresh
+    /// vacancy to the nodes below it, and steps in only when none did.
+    pub async fn acquire_expired_for(
+        &self,
+        node: &str,
+        ttl: Duration,
+        limit: i64,
+        grace: Duration,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         let node = node.to_string();
         let ttl = ms(ttl);
+        let grace = ms(grace);
         self.with_client("cannot acquire leases", move |c| {
             Box::pin(async move {
                 let rows = c
@@ -271,10 +300,11 @@ impl ClusterDb {
                         "UPDATE dpledger_leases l SET owner = $1, epoch = l.epoch + 1, \
                          expires_at = now() + $2::float8 * interval '1 millisecond' \
                          WHERE l.dataset IN (SELECT dataset FROM dpledger_leases \
-                            WHERE expires_at < now() ORDER BY expires_at, dataset LIMIT $3 \
+                            WHERE expires_at < now() - $4::float8 * interval '1 millisecond' \
+                            ORDER BY expires_at, dataset LIMIT $3 \
                             FOR UPDATE SKIP LOCKED) \
                          AND l.expires_at < now() RETURNING l.dataset, l.epoch",
-                        &[&node, &ttl, &limit],
+                        &[&node, &ttl, &limit, &grace],
                     )
                     .await?;
                 rows.iter()
@@ -315,7 +345,8 @@ impl ClusterDb {
         .await
     }
 
-    /// Gives a lease up (handover): expired at once, owner cleared, epoch kept
+    /// Gives a lease up (handover): expired at once (`now()`, so that takers
+    /// can tell a fresh vacancy from an old one), owner cleared, epoch kept
     /// (the next taker bumps it). Only the holder at `epoch` can release.
     pub async fn release(&self, dataset: &str, node: &str, epoch: u64) -> Result<bool, StoreError> {
         let (dataset, node) = (dataset.to_string(), node.to_string());
@@ -324,7 +355,7 @@ impl ClusterDb {
             Box::pin(async move {
                 let n = c
                     .execute(
-                        "UPDATE dpledger_leases SET owner = NULL, expires_at = '-infinity' \
+                        "UPDATE dpledger_leases SET owner = NULL, expires_at = now() \
                          WHERE dataset = $1 AND owner = $2 AND epoch = $3",
                         &[&dataset, &node, &epoch],
                     )
@@ -372,7 +403,8 @@ impl ClusterDb {
                 let rows = c
                     .query(
                         "SELECT node_id, advertise, \
-                         (extract(epoch FROM (now() - heartbeat)) * 1000)::int8, draining, memory_free \
+                         (extract(epoch FROM (now() - heartbeat)) * 1000)::int8, draining, memory_free, \
+                         ledger_bytes \
                          FROM dpledger_nodes ORDER BY node_id",
                         &[],
                     )
@@ -385,6 +417,7 @@ impl ClusterDb {
                             heartbeat_age_ms: r.try_get(2)?,
                             draining: r.try_get(3)?,
                             memory_free: r.try_get(4)?,
+                            ledger_bytes: r.try_get(5)?,
                         })
                     })
                     .collect()

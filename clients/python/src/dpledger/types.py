@@ -832,6 +832,7 @@ class ClusterNodeView:
     datasets_owned: int
     advertise: Optional[str] = None
     memory_free_bytes: Optional[int] = None
+    ledger_memory_bytes: Optional[int] = None
 
 
 @dataclass
