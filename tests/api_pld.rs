@@ -293,11 +293,13 @@ fn pld_estimate_composes_the_examples_own_levels_and_is_labelled_an_estimate() {
         .unwrap()
         .epsilon(1e-5)
         .unwrap();
-    // Same discretisation (the one served); the server's FFT domain may be
-    // larger (a power of two), so only floating-point round-off differs.
+    // Same discretisation (the one served). The server's domain and its
+    // single-step supports are sized for a tail of 1e-4 of delta (each costs at
+    // most that much delta, pessimistically): never below, and within 1e-4
+    // relative above.
     let got = est["epsilon"].as_f64().unwrap();
     assert!(
-        rel(got, expected) < 1e-8,
+        close_above(got, expected),
         "served {got} vs composed {expected}"
     );
     // Here PLD is tighter than the example's own RDP bound.
@@ -521,7 +523,7 @@ fn estimates_on_a_273_level_grid_are_cached_within_the_bound_and_never_above_rdp
             .epsilon(1e-5)
             .unwrap()
             .min(rdp);
-        assert!(rel(e, want) < 1e-8, "example {id}: served {e} vs {want}");
+        assert!(close_above(e, want), "example {id}: served {e} vs {want}");
         answers.push(body);
     }
     let before = estimate_cache(&server, &admin);
@@ -552,4 +554,11 @@ fn estimates_on_a_273_level_grid_are_cached_within_the_bound_and_never_above_rdp
         answers[3]["pld_estimate"]["epsilon"]
     );
     assert!(estimate_cache(&server, &admin)["bytes"].as_u64().unwrap() <= bound);
+}
+
+/// `served` is the composition `composed` as the estimate computes it: never
+/// below it (beyond round-off), at most 1e-4 relative above it (the estimate's
+/// delta-relative tails, `TAIL_FRACTION` in `src/accounting/pld/estimate.rs`).
+fn close_above(served: f64, composed: f64) -> bool {
+    served >= composed * (1.0 - 1e-9) && served <= composed * (1.0 + 1e-4)
 }
