@@ -202,8 +202,8 @@ impl DemoCmd {
             }),
         )?;
         owners.push_str(&format!(
-            "\nledger memory: {:.0} bytes per example (RDP vectors, thresholds and the \
-             level counts of PLD estimates)\n",
+            "\nledger memory: {:.0} bytes per example (thresholds and each example's \
+             level counts, from which its RDP and PLD estimate are computed)\n",
             memory as f64 / self.examples as f64
         ));
         // What a dashboard may show: a DP release, whose cost is charged to everyone.

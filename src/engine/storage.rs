@@ -122,6 +122,12 @@ pub struct DatasetStorageReport {
     pub steps: u64,
     /// Bytes of memory its ledger holds now.
     pub memory_bytes: u64,
+    /// `memory_bytes` per example (0 while paged out): the ledger's compact
+    /// form costs a few tens of bytes per example plus 4 per `(segment, level)`
+    /// entry it visited (docs/ledger-memory.md).
+    pub memory_bytes_per_example: f64,
+    /// The newest snapshot's bytes per example (0 without a snapshot).
+    pub snapshot_bytes_per_example: f64,
     /// Seconds since it was last read or changed.
     pub idle_seconds: f64,
     /// Sequence number of its last record.
@@ -184,7 +190,21 @@ impl Engine {
             let memory_bytes = ledger.memory_bytes();
             drop(ledger);
             let stored = stats.datasets.get(&id).copied().unwrap_or_default();
+            let per_example = |bytes: u64| {
+                if examples == 0 {
+                    0.0
+                } else {
+                    bytes as f64 / examples as f64
+                }
+            };
+            let newest_bytes = newest.get(&id).map_or(0, |s| s.bytes);
             datasets.push(DatasetStorageReport {
+                memory_bytes_per_example: if paged_out {
+                    0.0
+                } else {
+                    per_example(memory_bytes)
+                },
+                snapshot_bytes_per_example: per_example(newest_bytes),
                 archived: ds.is_archived(),
                 paged_out,
                 examples,

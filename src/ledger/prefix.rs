@@ -173,13 +173,8 @@ impl PrefixSums {
         }
     }
 
-    /// `acc += P(t)[k] - P(since)[k]` for `since <= t`: what an example at bucket `k`
-    /// accrued over steps `since..t`.
-    pub(crate) fn add_difference(&self, since: u64, t: u64, k: u32, acc: &mut [f64]) {
-        self.difference_in(self.index_of(t), since, t, k, acc);
-    }
-
-    /// [`PrefixSums::add_difference`] with `P(t)` through segment `st`.
+    /// `acc += P(t)[k] - P(since)[k]` for `since <= t` with `P(t)` through segment
+    /// `st`: what an example at bucket `k` accrued over steps `since..t`.
     pub(crate) fn difference_in(&self, st: usize, since: u64, t: u64, k: u32, acc: &mut [f64]) {
         let seg_t = &self.segments[st];
         let row_t = seg_t.table.row(k);

@@ -21,9 +21,10 @@ pub(super) const SEEN: u8 = 8;
 pub(super) const PENDING: u8 = 16;
 
 /// How many reports ahead the accrual loop prefetches per-example state. A report
-/// touches one random 512-byte RDP row (64 orders) plus three small columns; at a
-/// million examples these are cache and TLB misses, so the loop is bound by memory
-/// latency unless several examples' loads are in flight at once.
+/// touches a few small columns (flags, bucket, the level history's run start and
+/// list header); at a million examples these are cache and TLB misses, so the
+/// loop is bound by memory latency unless several examples' loads are in flight
+/// at once.
 pub(crate) const PREFETCH_AHEAD: usize = 16;
 
 /// Ask the CPU to start loading `slice[index]` into cache (no effect if out of
@@ -42,25 +43,6 @@ pub(super) fn prefetch<T>(slice: &[T], index: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (slice, index);
-}
-
-/// Start loading example `i`'s state (columns and RDP row) into cache.
-#[inline(always)]
-pub(super) fn prefetch_example(
-    flags: &[u8],
-    bucket: &[u32],
-    since: &[u64],
-    acc: &[f64],
-    m: usize,
-    i: usize,
-) {
-    prefetch(flags, i);
-    prefetch(bucket, i);
-    prefetch(since, i);
-    let row = i.saturating_mul(m);
-    for k in (0..m).step_by(8) {
-        prefetch(acc, row + k);
-    }
 }
 
 /// A vector of `len` copies of `value`, or an error naming `examples` when the
@@ -121,7 +103,7 @@ impl Ledger {
         let mut bytes = self.bucket.capacity() * 4
             + self.since.capacity() * 8
             + self.flags.capacity()
-            + self.acc.capacity() * 8
+            + self.seg_tables.capacity() * 8
             + self.release.capacity() * 8
             + self.pld.bytes()
             + self.levels.bytes() as usize;

@@ -1,7 +1,7 @@
 //! Per-example lists as flat little-endian bytes in a snapshot's header.
 //!
 //! MessagePack writes every integer of a `Vec<u64>` as its own value and every
-//! list of a `Vec<Box<[u64]>>` as its own array, and reads them back one by
+//! list of a `Vec<Box<[u32]>>` as its own array, and reads them back one by
 //! one: for the level history of a million examples (hundreds of megabytes
 //! after a hundred million reported norms) that parse dominated a restart. As
 //! one byte string each, decoded straight from the borrowed header bytes into
@@ -55,14 +55,14 @@ pub(super) mod u64s {
     }
 }
 
-/// `Vec<Box<[u64]>>` as one byte string: the number of lists (u64), every
-/// list's length (u32), then every value (u64).
-pub(super) mod u64_lists {
+/// `Vec<Box<[u32]>>` as one byte string: the number of lists (u64), every
+/// list's length (u32), then every value (u32).
+pub(super) mod u32_lists {
     use super::*;
 
-    pub fn serialize<S: Serializer>(lists: &[Box<[u64]>], s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(lists: &[Box<[u32]>], s: S) -> Result<S::Ok, S::Error> {
         let total: usize = lists.iter().map(|l| l.len()).sum();
-        let mut bytes = Vec::with_capacity(8 + lists.len() * 4 + total * 8);
+        let mut bytes = Vec::with_capacity(8 + lists.len() * 4 + total * 4);
         bytes.extend_from_slice(&(lists.len() as u64).to_le_bytes());
         for l in lists {
             bytes.extend_from_slice(&(l.len() as u32).to_le_bytes());
@@ -73,11 +73,15 @@ pub(super) mod u64_lists {
         s.serialize_bytes(&bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<[u64]>>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<[u32]>>, D::Error> {
         d.deserialize_bytes(DecodeBytes(decode))
     }
 
-    fn decode(bytes: &[u8]) -> Result<Vec<Box<[u64]>>, String> {
+    fn le_u32(bytes: &[u8]) -> u32 {
+        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Vec<Box<[u32]>>, String> {
         let short = || "the lists are cut short".to_string();
         let count =
             usize::try_from(le_u64(bytes.get(..8).ok_or_else(short)?)).map_err(|_| short())?;
@@ -89,13 +93,13 @@ pub(super) mod u64_lists {
         let (lengths, mut values) = bytes[8..].split_at(lengths_end - 8);
         let mut lists = Vec::with_capacity(count);
         for len in lengths.chunks_exact(4) {
-            let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+            let len = le_u32(len) as usize;
             let take = len
-                .checked_mul(8)
+                .checked_mul(4)
                 .filter(|&b| b <= values.len())
                 .ok_or_else(short)?;
             let (list, rest) = values.split_at(take);
-            lists.push(list.chunks_exact(8).map(le_u64).collect());
+            lists.push(list.chunks_exact(4).map(le_u32).collect());
             values = rest;
         }
         if !values.is_empty() {

@@ -16,8 +16,16 @@
 //! example we keep
 //! - `run_start[i]`: the first step of its *open run* at `b_i` (8 bytes), and
 //! - `counts[i]`: the closed runs as a sparse list of packed
-//!   `(segment, level) -> count` entries (8 bytes each, one per distinct pair
+//!   `(segment, level) -> count` entries (4 bytes each, one per distinct pair
 //!   visited; empty, without allocation, for an example never moved off `C`).
+//!
+//! The list is the example's whole record (issue 27): its RDP is evaluated from
+//! it (`compact.rs`), so it is kept at the information's size. The dataset's
+//! distinct `(segment, level)` pairs are numbered once (`pairs`), and an entry is
+//! one `u32`: a 19-bit pair id and a 12-bit count (*narrow*, bit 31 clear), or,
+//! for a count past 4,095 or a pair id past 2^19, two words (*wide*: bit 31 set
+//! with a 31-bit pair id, then a 32-bit count; larger counts spill into repeated
+//! wide entries, which readers sum).
 //!
 //! A report that moves the bucket closes the open run: `[run_start, t)` when the
 //! new bucket is lower (step `t` itself is charged at the new level), `[run_start,
@@ -31,14 +39,18 @@
 //! closed counts. A retired example's bucket is 0, so its open run counts nothing.
 //!
 //! # Limits (fail closed)
-//! A packed entry holds a 32-bit count (larger counts spill into repeated
-//! entries, which queries sum), a 17-bit level (the grid has at most 100,000
-//! buckets) and a 15-bit segment. Past 32,767 distinct segments the estimate is
-//! withdrawn for the dataset (`unavailable` says why), never silently truncated.
+//! A pair key holds a 17-bit level (the grid has at most 100,000 buckets) and a
+//! 15-bit segment. Past 32,768 distinct segments a bare history withdraws the
+//! estimate (`unavailable` says why), never silently truncated; the ledger
+//! refuses such a step instead (`has_room_for`), since its RDP depends on the
+//! counts.
 //!
 //! Serialisable (serde) so that ledger snapshots can carry it verbatim.
 
+use crate::accounting::table::RdpTable;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Bits of a packed entry's key given to the level.
 const LEVEL_BITS: u32 = 17;
@@ -95,10 +107,15 @@ pub struct LevelHistory {
     /// (empty in shuffle mode).
     #[serde(with = "super::flat::u64s")]
     run_start: Vec<u64>,
-    /// Per example, packed closed counts: `(segment << 17 | level) << 32 | count`.
-    #[serde(with = "super::flat::u64_lists")]
-    counts: Vec<Box<[u64]>>,
-    /// Entries held over all examples (memory accounting).
+    /// Distinct `(segment, level)` pairs, by pair id: `segment << 17 | level`.
+    pairs: Vec<u32>,
+    /// Pair id of each key in `pairs` (rebuilt from it after a load).
+    #[serde(skip)]
+    pair_ids: HashMap<u32, u32>,
+    /// Per example, packed closed counts (see "Representation").
+    #[serde(with = "super::flat::u32_lists")]
+    counts: Vec<Box<[u32]>>,
+    /// Words of entries held over all examples (memory accounting).
     entries: u64,
     /// Examples with a non-empty list (memory accounting).
     lists: u64,
@@ -106,8 +123,62 @@ pub struct LevelHistory {
     unavailable: Option<String>,
 }
 
-fn key(segment: u32, level: u32) -> u64 {
-    (((segment as u64) << LEVEL_BITS) | level as u64) << 32
+/// Bits of a narrow entry given to its count.
+const COUNT_BITS: u32 = 12;
+const COUNT_MASK: u32 = (1 << COUNT_BITS) - 1;
+/// Bit 31 of an entry's first word: a wide entry (its count in the next word).
+const WIDE: u32 = 1 << 31;
+/// Pair ids below this fit a narrow entry.
+const NARROW_PAIRS: u32 = 1 << (31 - COUNT_BITS);
+const LEVEL_MASK: u32 = (1 << LEVEL_BITS) - 1;
+
+fn pair_key(segment: u32, level: u32) -> u32 {
+    (segment << LEVEL_BITS) | level
+}
+
+/// `(pair id, count)` of each entry of a packed list, in order (a list cut
+/// inside a wide entry ends there; `well_formed` refuses such lists on load).
+#[inline(always)]
+fn entries(list: &[u32]) -> impl Iterator<Item = (u32, u64)> + '_ {
+    let mut w = 0;
+    std::iter::from_fn(move || {
+        let e = *list.get(w)?;
+        if e & WIDE == 0 {
+            w += 1;
+            Some((e >> COUNT_BITS, u64::from(e & COUNT_MASK)))
+        } else {
+            let c = *list.get(w + 1)?;
+            w += 2;
+            Some((e & !WIDE, u64::from(c)))
+        }
+    })
+}
+
+/// Append `(pid, count)` to `out`: one narrow word when it fits, else wide
+/// entries of at most `u32::MAX` each.
+fn encode(pid: u32, mut count: u64, out: &mut Vec<u32>) {
+    if pid < NARROW_PAIRS && count <= u64::from(COUNT_MASK) {
+        out.push((pid << COUNT_BITS) | count as u32);
+        return;
+    }
+    while count > 0 {
+        let take = count.min(u64::from(u32::MAX));
+        out.push(WIDE | pid);
+        out.push(take as u32);
+        count -= take;
+    }
+}
+
+/// The factor that rounds a sum of `terms` non-negative products up past its
+/// exact value: each product and each addition is off by at most one unit
+/// roundoff `u = 2^-53` (relative), so the floating sum is at least
+/// `exact x (1 - (terms + 1) u)`; multiplying by `1 + (terms + 3) 2^-52` (the
+/// factor's and the product's own roundings included) lands at or above the
+/// exact sum, and within about `3 (terms + 3) u` above it: far inside 1e-9 for
+/// any list a ledger can hold.
+#[inline(always)]
+pub(crate) fn round_up_factor(terms: usize) -> f64 {
+    1.0 + (terms as f64 + 3.0) * f64::EPSILON
 }
 
 impl LevelHistory {
@@ -121,7 +192,7 @@ impl LevelHistory {
             } else {
                 Vec::new()
             },
-            counts: try_filled(n, Box::<[u64]>::default())?,
+            counts: try_filled(n, Box::<[u32]>::default())?,
             ..Self::default()
         })
     }
@@ -130,6 +201,35 @@ impl LevelHistory {
     /// history is checked against its configuration before it is trusted).
     pub(crate) fn fits(&self, n: usize, poisson: bool) -> bool {
         self.counts.len() == n && self.run_start.len() == if poisson { n } else { 0 }
+    }
+
+    /// Whether every entry and run names a known segment and a level of a grid
+    /// whose top bucket is `top` (a snapshot's history is checked before any
+    /// RDP value is evaluated from it).
+    pub(crate) fn refers_within(&self, top: u32) -> bool {
+        let segments = self.segments.len();
+        let pairs = self.pairs.len();
+        self.runs.iter().all(|&(_, s)| (s as usize) < segments)
+            && self
+                .pairs
+                .iter()
+                .all(|&k| ((k >> LEVEL_BITS) as usize) < segments && k & LEVEL_MASK <= top)
+            && self.counts.iter().all(|list| {
+                let mut w = 0;
+                while w < list.len() {
+                    let e = list[w];
+                    let (pid, width) = if e & WIDE == 0 {
+                        (e >> COUNT_BITS, 1)
+                    } else {
+                        (e & !WIDE, 2)
+                    };
+                    if pid as usize >= pairs {
+                        return false;
+                    }
+                    w += width;
+                }
+                w == list.len()
+            })
     }
 
     /// The distinct hyperparameters, by segment id.
@@ -206,34 +306,68 @@ impl LevelHistory {
         }
     }
 
+    /// The id of pair `(segment, level)`, numbering it if new.
+    fn pair_id(&mut self, segment: u32, level: u32) -> u32 {
+        if self.pair_ids.len() != self.pairs.len() {
+            // A loaded history: its index is not stored.
+            self.pair_ids = (0u32..).zip(&self.pairs).map(|(i, &k)| (k, i)).collect();
+        }
+        let key = pair_key(segment, level);
+        if let Some(&id) = self.pair_ids.get(&key) {
+            return id;
+        }
+        // At most 2^15 segments x 100,001 levels: far fewer pairs than the
+        // 2^31 a wide entry can name before memory would run out.
+        let id = self.pairs.len() as u32;
+        self.pairs.push(key);
+        self.pair_ids.insert(key, id);
+        id
+    }
+
     /// Add `steps` at `(segment, level)` to example `i`'s closed counts.
-    fn add(&mut self, i: usize, segment: u32, level: u32, mut steps: u64) {
-        let k = key(segment, level);
+    fn add(&mut self, i: usize, segment: u32, level: u32, steps: u64) {
+        if steps == 0 {
+            return;
+        }
+        let pid = self.pair_id(segment, level);
         let list = &mut self.counts[i];
-        for e in list.iter_mut() {
-            if *e & !0xFFFF_FFFF == k {
-                let room = 0xFFFF_FFFF - (*e & 0xFFFF_FFFF);
-                let take = room.min(steps);
-                *e += take;
-                steps -= take;
-                if steps == 0 {
+        // In place: an entry of this pair with room for `steps`.
+        let mut w = 0;
+        while w < list.len() {
+            let e = list[w];
+            if e & WIDE == 0 {
+                if e >> COUNT_BITS == pid
+                    && u64::from(e & COUNT_MASK) + steps <= u64::from(COUNT_MASK)
+                {
+                    list[w] = e + steps as u32;
                     return;
                 }
+                w += 1;
+            } else {
+                if e & !WIDE == pid && u64::from(list[w + 1]) + steps <= u64::from(u32::MAX) {
+                    list[w + 1] += steps as u32;
+                    return;
+                }
+                w += 2;
             }
         }
-        // A new pair (or a full count): grow the list by exactly what is needed.
-        let mut v = std::mem::take(list).into_vec();
-        if v.is_empty() {
+        // A new pair, or a count that outgrew its entry: re-encode the list with
+        // this pair's total, growing it by exactly what is needed.
+        let mut merged: Vec<(u32, u64)> = Vec::with_capacity(list.len() + 1);
+        for (p, c) in entries(list).chain(std::iter::once((pid, steps))) {
+            match merged.iter_mut().find(|(q, _)| *q == p) {
+                Some(m) => m.1 += c,
+                None => merged.push((p, c)),
+            }
+        }
+        let mut v = Vec::with_capacity(list.len() + 1);
+        for (p, c) in merged {
+            encode(p, c, &mut v);
+        }
+        if list.is_empty() {
             self.lists += 1;
         }
-        let extra = steps.div_ceil(0xFFFF_FFFF) as usize;
-        v.reserve_exact(extra);
-        while steps > 0 {
-            let take = steps.min(0xFFFF_FFFF);
-            v.push(k | take);
-            steps -= take;
-        }
-        self.entries += extra as u64;
+        self.entries = self.entries + v.len() as u64 - list.len() as u64;
         *list = v.into_boxed_slice();
     }
 
@@ -244,12 +378,14 @@ impl LevelHistory {
         if self.unavailable.is_some() {
             return None;
         }
-        let mut out: Vec<LevelCount> = self.counts[i]
-            .iter()
-            .map(|&e| LevelCount {
-                segment: (e >> (32 + LEVEL_BITS)) as u32,
-                level: ((e >> 32) & ((1 << LEVEL_BITS) - 1)) as u32,
-                steps: e & 0xFFFF_FFFF,
+        let mut out: Vec<LevelCount> = entries(&self.counts[i])
+            .map(|(pid, steps)| {
+                let key = self.pairs[pid as usize];
+                LevelCount {
+                    segment: key >> LEVEL_BITS,
+                    level: key & LEVEL_MASK,
+                    steps,
+                }
             })
             .collect();
         if let Some(&start) = self.run_start.get(i) {
@@ -281,13 +417,79 @@ impl LevelHistory {
         Some(out)
     }
 
+    /// Poisson: the first step of example `i`'s open run at its bucket.
+    #[inline]
+    pub(crate) fn run_start(&self, i: usize) -> u64 {
+        self.run_start[i]
+    }
+
+    /// Whether a step with `params` can be recorded: `false` only when it would be
+    /// a new distinct setting past [`MAX_SEGMENTS`]. The ledger refuses such a
+    /// step (the history is the source of its RDP and may not be withdrawn).
+    pub(crate) fn has_room_for(&self, params: SegmentParams) -> bool {
+        self.segments.len() < MAX_SEGMENTS || self.segments.contains(&params)
+    }
+
+    /// `out = ` example `i`'s closed counts as RDP: the sum over its entries of
+    /// `count x tables[segment].row(level)`, rounded up (see `compact.rs`).
+    /// `tables[s]` is the per-bucket table of segment `s`.
+    #[inline]
+    pub(crate) fn settled_into(&self, i: usize, tables: &[Arc<RdpTable>], out: &mut [f64]) {
+        out.fill(0.0);
+        let list = &self.counts[i];
+        for (pid, count) in entries(list) {
+            let key = self.pairs[pid as usize];
+            let row = tables[(key >> LEVEL_BITS) as usize].row(key & LEVEL_MASK);
+            let c = count as f64;
+            for (o, &r) in out.iter_mut().zip(row) {
+                *o += c * r;
+            }
+        }
+        if !list.is_empty() {
+            let up = round_up_factor(list.len());
+            for o in out.iter_mut() {
+                *o *= up;
+            }
+        }
+    }
+
+    /// Example `i`'s only entry as `(segment, level, count)`, if it has exactly one.
+    #[inline]
+    pub(crate) fn single_entry(&self, i: usize) -> Option<(u32, u32, u64)> {
+        let mut it = entries(&self.counts[i]);
+        let (pid, count) = it.next()?;
+        if it.next().is_some() {
+            return None;
+        }
+        let key = self.pairs[pid as usize];
+        Some((key >> LEVEL_BITS, key & LEVEL_MASK, count))
+    }
+
+    /// [`LevelHistory::settled_into`] at one order `j` (bit for bit its `out[j]`).
+    #[inline]
+    pub(crate) fn settled_at(&self, i: usize, tables: &[Arc<RdpTable>], j: usize) -> f64 {
+        let list = &self.counts[i];
+        let mut sum = 0.0;
+        for (pid, count) in entries(list) {
+            let key = self.pairs[pid as usize];
+            sum += count as f64 * tables[(key >> LEVEL_BITS) as usize].row(key & LEVEL_MASK)[j];
+        }
+        if list.is_empty() {
+            sum
+        } else {
+            sum * round_up_factor(list.len())
+        }
+    }
+
     /// Heap bytes held (allocator overhead of the per-example lists included).
     pub(crate) fn bytes(&self) -> u64 {
         (self.run_start.capacity() * 8
-            + self.counts.capacity() * std::mem::size_of::<Box<[u64]>>()
+            + self.counts.capacity() * std::mem::size_of::<Box<[u32]>>()
             + self.runs.capacity() * 16
+            + self.pairs.capacity() * 4
+            + self.pair_ids.capacity() * 12
             + self.segments.capacity() * std::mem::size_of::<SegmentParams>()) as u64
-            + self.entries * 8
+            + self.entries * 4
             + self.lists * ALLOCATION_OVERHEAD
     }
 
@@ -347,6 +549,32 @@ mod tests {
         let c = h.example_counts(0, 5, 0).unwrap();
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].steps, 0xFFFF_FFFF + 13);
+    }
+
+    #[test]
+    fn counts_past_a_narrow_entry_widen_and_stay_exact() {
+        let mut h = LevelHistory::new(2, false).unwrap();
+        let s = h.shuffle_segment(p(1.0, 1.0)).unwrap();
+        h.add(0, s, 9, 4000);
+        h.add(0, s, 3, 1);
+        assert_eq!(h.counts[0].len(), 2, "two narrow words");
+        h.add(0, s, 9, 95);
+        assert_eq!(h.counts[0].len(), 2, "4095 still fits in place");
+        h.add(0, s, 9, 1);
+        assert_eq!(h.counts[0].len(), 3, "4096 takes a wide entry");
+        h.add(0, s, 9, 10);
+        let got: Vec<(u32, u64)> = h
+            .example_counts(0, 0, 0)
+            .unwrap()
+            .iter()
+            .map(|c| (c.level, c.steps))
+            .collect();
+        assert_eq!(got, vec![(3, 1), (9, 4106)]);
+        assert_eq!(h.entries, 3);
+        assert!(h.refers_within(9) && !h.refers_within(8));
+        // A list cut inside a wide entry is refused.
+        h.counts[1] = vec![WIDE].into_boxed_slice();
+        assert!(!h.refers_within(9));
     }
 
     #[test]

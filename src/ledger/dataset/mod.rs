@@ -4,27 +4,27 @@
 //! # Storage: columnar arrays, not a concurrent map
 //!
 //! Ids are dense (`0..n`), so per-example state lives in plain vectors indexed by id:
-//! `bucket: Vec<u32>`, `since: Vec<u64>`, `flags: Vec<u8>` and the accumulated RDP
-//! vectors in one flat `Vec<f64>` of `n × #orders`. Against a `dashmap` (or any hash
-//! map) this saves the hashing and probing on every report, the per-entry key and
-//! control bytes, and one heap allocation (with its allocator header) per example for
-//! the RDP vector; the RDP vectors of consecutive ids are contiguous, which makes the
-//! `O(n)` passes (releases, all-epsilon queries, compaction) streaming reads. A
+//! `bucket: Vec<u32>`, `flags: Vec<u8>`, `since: Vec<u64>` (shuffle mode only) and
+//! the level history (`levels.rs`: each example's open-run start and its closed
+//! `(segment, level)` counts). Against a `dashmap` (or any hash map) this saves the
+//! hashing and probing on every report and the per-entry key and control bytes; a
 //! concurrent map would buy nothing: steps must be applied one at a time and in
 //! order, so the server serialises them per dataset anyway (one lock per ledger).
-//! `benches/ledger.rs` (group `store`) measures both layouts on the step's access
-//! pattern: the columnar update of a 4096-example batch at n = 10^6 ran 2.2-2.8x
-//! faster than the hash map's (across runs), whose layout also needs about 600
-//! bytes per example against 525. At 64 orders the ledger uses 526 bytes per example (about 540 with the
-//! individual filter), see [`Ledger::memory_bytes`].
+//!
+//! # The compact form (issue 27)
+//!
+//! No dense RDP row is kept per example: its RDP is evaluated from the level
+//! history, the per-segment tables and the prefix sums (`compact.rs`, with the
+//! exactness argument). At 64 orders an example costs about 45 bytes plus 4 per
+//! `(segment, level)` entry it holds, against 640 with the dense row
+//! (docs/ledger-memory.md); see [`Ledger::memory_bytes`].
 //!
 //! # Where a step's time goes
 //!
-//! A step is bound by memory, not arithmetic: each reported example's 512-byte RDP
-//! row is a random access into hundreds of megabytes. Two measures more than
-//! tripled throughput on the benchmark: rows are prefetched `PREFETCH_AHEAD`
-//! reports ahead (`columns.rs`), and the large columns are backed by transparent huge pages
-//! (without them nearly every row costs a TLB miss and a page walk).
+//! A step is bound by memory, not arithmetic: each reported example's columns and
+//! level-history header are random accesses into hundreds of megabytes. They are
+//! prefetched `PREFETCH_AHEAD` reports ahead (`columns.rs`), and a report that keeps
+//! the example's bucket writes nothing but its flags' unchanged byte.
 //!
 //! # Where each job lives
 //!
@@ -32,6 +32,7 @@
 //! |---|---|
 //! | `mod.rs` | the [`Ledger`] struct, its creation and accessors |
 //! | `columns.rs` | per-example columns: flag bits, allocation, huge pages, prefetching, memory |
+//! | `compact.rs` | an example's RDP evaluated from its compact form (issue 27) |
 //! | `step.rs` | one step's validation and accrual (spec §3.2–§3.4), refreshes (§3.5), compaction |
 //! | `parts.rs` | exactly once, in order: retries and the retry window, multi-part steps |
 //! | `shuffle.rs` | shuffle mode's epochs and its worst case (spec §2, shuffled batches) |
@@ -45,6 +46,7 @@
 
 mod archive;
 mod columns;
+mod compact;
 mod flat;
 mod levels;
 mod parts;
@@ -121,13 +123,15 @@ pub struct Ledger {
     default_rate: f64,
     /// Threshold bucket `b_i` (for the next step); 0 once retired.
     bucket: Vec<u32>,
-    /// Poisson: the step from which accrual at `bucket` is not yet in `acc`.
     /// Shuffle: one past the epoch of the example's last processing (0: never).
+    /// Empty in Poisson mode (the open run's start is in `levels`).
     since: Vec<u64>,
     flags: Vec<u8>,
-    /// `n × m` accumulated RDP, settled up to `since` (Poisson), row-major by id.
-    acc: Vec<f64>,
     accrual: Accrual,
+    /// `seg_tables[s]`: the per-bucket table of the level history's segment `s`
+    /// (held for the ledger's life: every example's RDP is evaluated from them,
+    /// `compact.rs`).
+    seg_tables: Vec<Arc<RdpTable>>,
     /// The latest step's hyperparameters (the defaults before step 0).
     current: StepParams,
     /// The dataset's default hyperparameters.
@@ -172,8 +176,7 @@ impl Ledger {
         let n = usize::try_from(config.examples)
             .map_err(|_| LedgerError::invalid("examples", "too large for this machine"))?;
         let m = orders.len();
-        let nm = n
-            .checked_mul(m)
+        n.checked_mul(m)
             .filter(|&x| x <= isize::MAX as usize / 8)
             .ok_or_else(|| LedgerError::invalid("examples", "examples × orders is too large"))?;
         let top = grid.top();
@@ -213,10 +216,13 @@ impl Ledger {
             default_sigma: sigma,
             default_rate,
             bucket: try_filled(n, top)?,
-            since: try_filled(n, 0u64)?,
+            since: match accrual_kind {
+                AccrualKind::Poisson => Vec::new(),
+                AccrualKind::Shuffle => try_filled(n, 0u64)?,
+            },
             flags: try_filled(n, initial_flags)?,
-            acc: try_filled(nm, 0.0f64)?,
             accrual,
+            seg_tables: Vec::new(),
             default: current.clone(),
             current,
             next_step: 0,
@@ -298,6 +304,44 @@ impl Ledger {
     /// part of the ledger's state (a snapshot must carry it).
     pub fn level_history(&self) -> &LevelHistory {
         &self.levels
+    }
+
+    /// Fetch the table of every level-history segment not yet held (after a
+    /// step registered a new setting, or after a snapshot was loaded).
+    fn sync_seg_tables(&mut self) {
+        let poisson = matches!(self.accrual, Accrual::Poisson(_));
+        while self.seg_tables.len() < self.levels.segments().len() {
+            let s = self.levels.segments()[self.seg_tables.len()];
+            let mechanism = if poisson {
+                StepMechanism::Poisson {
+                    q: s.sampling_rate,
+                    sigma: s.noise_multiplier,
+                }
+            } else {
+                StepMechanism::Gaussian {
+                    sigma: s.noise_multiplier,
+                }
+            };
+            let table = if self.current.mechanism == mechanism {
+                self.current.table.clone()
+            } else {
+                self.tables.get(&self.grid, mechanism, &self.orders)
+            };
+            self.seg_tables.push(table);
+        }
+    }
+
+    /// What evaluating an example from its compact form needs (`compact.rs`).
+    fn eval(&self) -> compact::Eval<'_> {
+        compact::Eval {
+            levels: &self.levels,
+            tables: &self.seg_tables,
+            prefix: match &self.accrual {
+                Accrual::Poisson(p) => Some(p),
+                Accrual::Shuffle(_) => None,
+            },
+            top: self.top,
+        }
     }
 
     /// The step the ledger accepts next (= the number of steps applied).

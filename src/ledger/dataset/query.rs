@@ -20,16 +20,16 @@ use std::ops::Range;
 impl Ledger {
     /// Write example `i`'s RDP vector (releases included) at the current step.
     pub(super) fn rdp_into(&self, i: usize, out: &mut [f64]) {
-        let m = self.m;
-        self.rdp_of_state(
+        self.eval().own_into(
+            i,
             self.bucket[i],
-            self.since[i],
             self.flags[i],
-            &self.acc[i * m..(i + 1) * m],
             At::Now(self.next_step),
-            &self.release,
             out,
         );
+        for (o, &r) in out.iter_mut().zip(&self.release) {
+            *o += r;
+        }
     }
 
     pub(super) fn check_delta(delta: f64) -> Result<(), LedgerError> {

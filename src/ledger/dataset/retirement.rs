@@ -25,21 +25,7 @@ impl Ledger {
 
     /// RDP of example `i` at order `j` at step `now`, releases included.
     pub(super) fn value_at(&self, i: usize, now: u64, j: usize) -> f64 {
-        let f = self.flags[i];
-        let own = match &self.accrual {
-            Accrual::Poisson(prefix) => {
-                if f & RETIRED != 0 {
-                    self.acc[i * self.m + j]
-                } else if f & ALL_TOP != 0 {
-                    prefix.prefix_at(now, self.top, j)
-                } else {
-                    self.acc[i * self.m + j]
-                        + prefix.difference_at(self.since[i], now, self.bucket[i], j)
-                }
-            }
-            Accrual::Shuffle(_) => self.acc[i * self.m + j],
-        };
-        own + self.release[j]
+        self.eval().own_at(i, self.bucket[i], self.flags[i], now, j) + self.release[j]
     }
 
     /// When example `i` is next due for a filter check, seen from step `now`.
@@ -54,17 +40,11 @@ impl Ledger {
 
     /// Retire example `i` at step `now`: settle its accrual, threshold 0.
     pub(super) fn retire(&mut self, i: usize, now: u64) {
-        let m = self.m;
-        save_for_view!(self, i);
         if let Accrual::Poisson(prefix) = &self.accrual {
-            let acc = &mut self.acc[i * m..(i + 1) * m];
-            if self.flags[i] & ALL_TOP != 0 {
-                prefix.prefix_into(now, self.top, acc);
-            } else {
-                prefix.add_difference(self.since[i], now, self.bucket[i], acc);
-            }
-            self.since[i] = now;
+            save_for_view!(self, i, Some(prefix));
             self.levels.close_run(i, self.bucket[i], now);
+        } else {
+            save_for_view!(self, i, None);
         }
         self.bucket[i] = 0;
         self.flags[i] = (self.flags[i] & !ALL_TOP) | RETIRED;

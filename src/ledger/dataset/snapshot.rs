@@ -11,7 +11,12 @@
 //!   stored), the filter, pending parts, the retry window, the PLD history and
 //!   the level history;
 //! * the per-example columns as raw little-endian arrays, copied, not parsed:
-//!   `bucket` (u32), `since` (u64), `flags` (u8) and `acc` (f64, `n × #orders`).
+//!   `bucket` (u32), `since` (u64, shuffle mode only) and `flags` (u8).
+//!
+//! There are no RDP rows: the level history in the header (each example's open
+//! run and closed `(segment, level)` counts) is the compact form every RDP value
+//! is evaluated from (`compact.rs`), so an image holds about what the ledger
+//! holds in memory, a few tens of bytes per example.
 //!
 //! Floating-point values are stored as their bits (MessagePack f64 and raw
 //! columns), so a loaded ledger is bit-identical to the one encoded: every
@@ -37,8 +42,9 @@ use std::io::Read;
 const MAGIC: &[u8; 4] = b"DPLS";
 /// Version of the image layout; an image of another version is refused (the
 /// log is replayed instead). 2: the level history's per-example lists as flat
-/// bytes (`flat.rs`).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+/// bytes (`flat.rs`). 3: no dense RDP rows, no `since` in Poisson mode (the
+/// compact form, issue 27).
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Everything but the per-example columns.
 #[derive(Serialize, Deserialize)]
@@ -58,6 +64,29 @@ struct Header {
     over_budget: u64,
     pld: PldHistory,
     levels: LevelHistory,
+    accrual: AccrualImage,
+}
+
+/// [`Header`] as the encoder writes it: borrowed, so that a snapshot of a
+/// large ledger does not first copy its level history and filter (the same
+/// field names in the same order: it decodes as a `Header`).
+#[derive(Serialize)]
+struct HeaderRef<'a> {
+    config: &'a DatasetConfig,
+    n: u64,
+    m: u64,
+    current: StepMechanism,
+    default: StepMechanism,
+    next_step: u64,
+    release: &'a [f64],
+    releases: u64,
+    filter: &'a Option<Filter>,
+    pending: Option<PendingImage>,
+    history: Vec<&'a StepRecord>,
+    retired: u64,
+    over_budget: u64,
+    pld: &'a PldHistory,
+    levels: &'a LevelHistory,
     accrual: AccrualImage,
 }
 
@@ -101,16 +130,16 @@ impl Ledger {
     /// [`Ledger::to_snapshot`], appended to `out` (a caller framing the image
     /// with more data avoids a second copy).
     pub fn write_snapshot(&self, out: &mut Vec<u8>) {
-        let header = Header {
-            config: self.config.clone(),
+        let header = HeaderRef {
+            config: &self.config,
             n: self.n as u64,
             m: self.m as u64,
             current: self.current.mechanism,
             default: self.default.mechanism,
             next_step: self.next_step,
-            release: self.release.clone(),
+            release: &self.release,
             releases: self.releases,
-            filter: self.filter.clone(),
+            filter: &self.filter,
             pending: self.pending.as_ref().map(|p| PendingImage {
                 step: p.step,
                 count: p.count,
@@ -120,11 +149,11 @@ impl Ledger {
                 parts: p.parts.clone(),
                 received: p.received,
             }),
-            history: self.history.iter().cloned().collect(),
+            history: self.history.iter().collect(),
             retired: self.retired,
             over_budget: self.over_budget,
-            pld: self.pld.clone(),
-            levels: self.levels.clone(),
+            pld: &self.pld,
+            levels: &self.levels,
             accrual: match &self.accrual {
                 Accrual::Poisson(p) => AccrualImage::Poisson(p.image()),
                 Accrual::Shuffle(s) => AccrualImage::Shuffle(s.clone()),
@@ -132,7 +161,7 @@ impl Ledger {
         };
         // Serializing plain data into a Vec cannot fail.
         let head = rmp_serde::to_vec_named(&header).expect("ledger header serializes");
-        let columns = self.n * (4 + 8 + 1) + self.acc.len() * 8;
+        let columns = self.n * (4 + 1) + self.since.len() * 8;
         out.reserve(16 + head.len() + columns);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&SNAPSHOT_FORMAT.to_le_bytes());
@@ -145,9 +174,6 @@ impl Ledger {
             out.extend_from_slice(&s.to_le_bytes());
         }
         out.extend_from_slice(&self.flags);
-        for a in &self.acc {
-            out.extend_from_slice(&a.to_le_bytes());
-        }
     }
 
     /// The ledger an image of [`Ledger::to_snapshot`] describes. Refuses an image
@@ -185,16 +211,11 @@ impl Ledger {
         let header: Header =
             rmp_serde::from_slice(&head).map_err(|e| bad(format!("header: {e}")))?;
         drop(head);
-        let expected = header
-            .n
-            .checked_mul(4 + 8 + 1)
-            .zip(
-                header
-                    .n
-                    .checked_mul(header.m)
-                    .and_then(|nm| nm.checked_mul(8)),
-            )
-            .and_then(|(a, b)| a.checked_add(b));
+        let per_example = match header.config.sampling {
+            Sampling::Poisson { .. } => 4 + 1,
+            Sampling::Shuffle { .. } => 4 + 8 + 1,
+        };
+        let expected = header.n.checked_mul(per_example);
         if header.n != header.config.examples || expected != Some(columns_len) {
             return Err(bad("the columns do not fit the image's length"));
         }
@@ -214,7 +235,6 @@ impl Ledger {
         columns.fill(&mut ledger.bucket, u32::from_le_bytes)?;
         columns.fill(&mut ledger.since, u64::from_le_bytes)?;
         columns.fill(&mut ledger.flags, u8::from_le_bytes)?;
-        columns.fill(&mut ledger.acc, f64::from_le_bytes)?;
         if columns
             .reader
             .read(&mut columns.buf)
@@ -259,7 +279,7 @@ impl Ledger {
             received: p.received,
         });
         let poisson = matches!(ledger.accrual, Accrual::Poisson(_));
-        if !header.levels.fits(n, poisson) {
+        if !header.levels.fits(n, poisson) || !header.levels.refers_within(ledger.top) {
             return Err(bad("level history does not match the configuration"));
         }
         ledger.next_step = header.next_step;
@@ -271,6 +291,11 @@ impl Ledger {
         ledger.over_budget = header.over_budget;
         ledger.pld = header.pld;
         ledger.levels = header.levels;
+        if ledger.levels.unavailable().is_some() {
+            return Err(bad("a level history without its counts"));
+        }
+        ledger.seg_tables.clear();
+        ledger.sync_seg_tables();
         Ok(ledger)
     }
 }

@@ -3,8 +3,9 @@
 //! `v_min(b_i, bucket(g_i))`, the others through the prefix sums), moving the
 //! thresholds; refreshes (§3.5); and compaction of the prefix-sum segments.
 
-use super::columns::{prefetch, prefetch_example, ALL_TOP, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
-use super::levels::SegmentParams;
+use super::columns::{prefetch, ALL_TOP, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
+use super::compact::Eval;
+use super::levels::{SegmentParams, MAX_SEGMENTS};
 use super::view::save_for_view;
 use super::{Accrual, Ledger, StepParams};
 use crate::accounting::table::StepMechanism;
@@ -46,6 +47,15 @@ impl Ledger {
         let current = self.next_params();
         if current.mechanism == mechanism {
             return Ok(current.clone());
+        }
+        if !self.levels.has_room_for(SegmentParams::of(mechanism)) {
+            return Err(LedgerError::invalid(
+                "noise_multiplier",
+                format!(
+                    "the dataset has had {MAX_SEGMENTS} distinct (sampling_rate, noise_multiplier) \
+                     settings, the most its per-example history can record; reuse one of them"
+                ),
+            ));
         }
         let table = self.tables.get(&self.grid, mechanism, &self.orders);
         Ok(StepParams { mechanism, table })
@@ -172,28 +182,10 @@ impl Ledger {
         params: &StepParams,
         batches: &[(&[u64], &[f64])],
     ) -> Vec<u64> {
-        let m = self.m;
-        let top = self.top;
         let now = t + 1;
         self.current = params.clone();
         let recompute = self.filter_update_bound();
         let poisson = matches!(self.accrual, Accrual::Poisson(_));
-        // Per-report filter checks, unless the bound grew and all are redone below.
-        let mut checks = if recompute {
-            None
-        } else {
-            self.filter.as_mut()
-        };
-        let table = &*params.table;
-        let (prefix, shuffle_epoch) = match &mut self.accrual {
-            Accrual::Poisson(prefix) => {
-                prefix.begin_step(t, params.mechanism, params.table.clone());
-                (Some(&*prefix), 0)
-            }
-            Accrual::Shuffle(state) => (None, state.begin_step(t, table.row(top))),
-        };
-        self.pld
-            .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
         let segment = SegmentParams::of(params.mechanism);
         let shuffle_segment = if poisson {
             self.levels.begin_poisson_step(t, segment);
@@ -201,17 +193,28 @@ impl Ledger {
         } else {
             self.levels.shuffle_segment(segment)
         };
-        let seg_start = prefix.map_or(0, |p| p.current().start);
-        // The filter's value of an example still charged only at the top bucket.
-        let top_value = match (&checks, prefix) {
-            (Some(f), Some(p)) => p.prefix_at(now, top, f.index) + self.release[f.index],
-            _ => 0.0,
+        self.sync_seg_tables();
+        // Per-report filter checks, unless the bound grew and all are redone below.
+        let mut checks = if recompute {
+            None
+        } else {
+            self.filter.as_mut()
         };
+        let (prefix, shuffle_epoch) = match &mut self.accrual {
+            Accrual::Poisson(prefix) => {
+                prefix.begin_step(t, params.mechanism, params.table.clone());
+                (Some(&*prefix), 0)
+            }
+            Accrual::Shuffle(state) => (None, state.begin_step(t, params.table.row(self.top))),
+        };
+        self.pld
+            .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
         for (ids, norms) in batches {
             for (j, (&id, &g)) in ids.iter().zip(norms.iter()).enumerate() {
                 if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
                     let ahead = ahead as usize;
-                    prefetch_example(&self.flags, &self.bucket, &self.since, &self.acc, m, ahead);
+                    prefetch(&self.flags, ahead);
+                    prefetch(&self.bucket, ahead);
                     self.levels.prefetch(ahead);
                     if let Some(f) = checks.as_deref() {
                         prefetch(&f.predicted, ahead);
@@ -224,69 +227,33 @@ impl Ledger {
                 }
                 let b = self.bucket[i];
                 let kg = self.grid.bucket_of(g);
-                let kmin = b.min(kg);
                 if poisson {
                     // The open run at `b` ends when the bucket moves: before step
                     // t when it moves down (t is charged at kg), after it when up.
-                    if kg < b {
-                        self.levels.close_run(i, b, t);
-                    } else if kg > b {
-                        self.levels.close_run(i, b, now);
+                    // A report that keeps the bucket changes nothing: step t is
+                    // charged at `b`, inside the open run.
+                    if kg != b {
+                        save_for_view!(self, i, prefix);
+                        self.levels.close_run(i, b, if kg < b { t } else { now });
+                        self.flags[i] = f & !ALL_TOP;
                     }
-                } else if let Some(s) = shuffle_segment {
-                    self.levels.charge(i, s, kmin);
-                }
-                save_for_view!(self, i);
-                let acc = &mut self.acc[i * m..(i + 1) * m];
-                let charge = table.row(kmin);
-                let mut still_top = false;
-                match prefix {
-                    Some(prefix) if f & ALL_TOP != 0 => {
-                        if kmin == top {
-                            still_top = true;
-                        } else {
-                            // First charge below the top: materialise P(t)[K].
-                            prefix.prefix_into(t, top, acc);
-                            for (a, &c) in acc.iter_mut().zip(charge) {
-                                *a += c;
-                            }
-                            self.flags[i] = f & !ALL_TOP;
-                        }
-                        self.since[i] = now;
+                } else {
+                    save_for_view!(self, i, prefix);
+                    if let Some(s) = shuffle_segment {
+                        self.levels.charge(i, s, b.min(kg));
                     }
-                    Some(prefix) => {
-                        let s = self.since[i];
-                        if s >= seg_start {
-                            let d = (t - s) as f64;
-                            let row = table.row(b);
-                            for ((a, &r), &c) in acc.iter_mut().zip(row).zip(charge) {
-                                *a += d * r + c;
-                            }
-                        } else {
-                            prefix.add_difference(s, t, b, acc);
-                            for (a, &c) in acc.iter_mut().zip(charge) {
-                                *a += c;
-                            }
-                        }
-                        self.since[i] = now;
-                    }
-                    None => {
-                        if kmin > 0 {
-                            for (a, &c) in acc.iter_mut().zip(charge) {
-                                *a += c;
-                            }
-                        }
-                        self.since[i] = shuffle_epoch + 1;
-                    }
+                    self.since[i] = shuffle_epoch + 1;
                 }
                 self.bucket[i] = kg;
                 if let Some(filter) = checks.as_deref_mut() {
                     let k = filter.index;
-                    let value = if still_top {
-                        top_value
-                    } else {
-                        acc[k] + self.release[k]
+                    let eval = Eval {
+                        levels: &self.levels,
+                        tables: &self.seg_tables,
+                        prefix,
+                        top: self.top,
                     };
+                    let value = eval.own_at(i, kg, self.flags[i], now, k) + self.release[k];
                     let c = filter.bound[kg as usize];
                     let rate = if poisson { c } else { 0.0 };
                     let at = next_check(now, value, c, rate, filter.limit);
@@ -313,8 +280,6 @@ impl Ledger {
     pub fn refresh(&mut self, ids: &[u64], norms: &[f64]) -> Result<RefreshOutcome, LedgerError> {
         let thresholds = self.validate_refresh(ids, norms)?;
         let now = self.next_step;
-        let m = self.m;
-        let top = self.top;
         for (&id, &g) in ids.iter().zip(norms) {
             let i = id as usize;
             let f = self.flags[i];
@@ -326,17 +291,12 @@ impl Ledger {
             if kg == b {
                 continue;
             }
-            save_for_view!(self, i);
             if let Accrual::Poisson(prefix) = &self.accrual {
-                let acc = &mut self.acc[i * m..(i + 1) * m];
-                if f & ALL_TOP != 0 {
-                    prefix.prefix_into(now, top, acc);
-                    self.flags[i] = f & !ALL_TOP;
-                } else {
-                    prefix.add_difference(self.since[i], now, b, acc);
-                }
-                self.since[i] = now;
+                save_for_view!(self, i, Some(prefix));
                 self.levels.close_run(i, b, now);
+                self.flags[i] = f & !ALL_TOP;
+            } else {
+                save_for_view!(self, i, None);
             }
             self.bucket[i] = kg;
         }
@@ -376,7 +336,9 @@ impl Ledger {
 
     pub(super) fn maybe_compact(&mut self) {
         if let Accrual::Poisson(prefix) = &self.accrual {
-            let budget = MIN_SEGMENT_BUDGET.max(self.acc.len() * 2);
+            // A quarter of what dense RDP rows would take: the same trigger as
+            // before the compact form, so a replay compacts where the live ledger did.
+            let budget = MIN_SEGMENT_BUDGET.max(self.n * self.m * 2);
             if prefix.len() > 1 && prefix.bytes() > budget {
                 self.compact();
             }
@@ -394,20 +356,16 @@ impl Ledger {
         if matches!(self.accrual, Accrual::Poisson(_)) {
             self.settle_view();
         }
-        let now = self.next_step;
-        let m = self.m;
         if let Accrual::Poisson(prefix) = &mut self.accrual {
+            let first = prefix.current().start;
             for i in 0..self.n {
-                let f = self.flags[i];
-                if f & (ALL_TOP | RETIRED) == 0 {
-                    prefix.add_difference(
-                        self.since[i],
-                        now,
-                        self.bucket[i],
-                        &mut self.acc[i * m..(i + 1) * m],
-                    );
+                // An open run that began before the current segment could not be
+                // read through the prefix sums once the older segments go: close
+                // it into the example's counts up to that segment (integers: no
+                // rounding); the rest of it stays open.
+                if self.flags[i] & (ALL_TOP | RETIRED) == 0 && self.levels.run_start(i) < first {
+                    self.levels.close_run(i, self.bucket[i], first);
                 }
-                self.since[i] = now;
             }
             prefix.drop_old_segments();
         }

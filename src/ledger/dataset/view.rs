@@ -4,12 +4,13 @@
 //! the whole pass, so steps keep flowing while it runs.
 //!
 //! Opening a view records the step and the release offset. While it is open a
-//! step (or refresh, or retirement) saves an example's state — threshold bucket,
-//! `since`, flags and RDP row — before it changes it for the first time, which
-//! costs `O(batch × #orders)` on the step and nothing when no view is open. The
-//! view then reads, for every example, the state it had at the view's step: the
-//! saved copy when the example changed since, the live columns otherwise (they
-//! have not changed). The prefix sums only grow, so `P(step)` is still at hand.
+//! step (or refresh, or retirement) saves an example's RDP row as at the view's
+//! step before it changes the example's state for the first time (evaluated from
+//! its compact form, `compact.rs`), which costs `O(batch × entries × #orders)` on
+//! the step and nothing when no view is open. The view then reads, for every
+//! example, its RDP at the view's step: the saved row when the example changed
+//! since, an evaluation of the live state otherwise (it has not changed). The
+//! prefix sums only grow, so `P(step)` is still at hand.
 //!
 //! Compaction rewrites every example and drops old segments, so a view could
 //! not read through it. It must not wait for the view either: it falls at the
@@ -21,8 +22,7 @@
 //! compaction itself) and the view serves them from there. At most one view is
 //! open per ledger.
 
-use super::columns::{ALL_TOP, RETIRED};
-use super::{Accrual, Ledger};
+use super::Ledger;
 use crate::accounting::conversion::Conversion;
 use crate::ledger::convert::Converter;
 use crate::ledger::error::LedgerError;
@@ -75,9 +75,6 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-/// An example's saved `(bucket, since, flags)`.
-type SavedState = (u32, u64, u8);
-
 /// An open view (see the module note).
 #[derive(Debug)]
 pub(super) struct EpochView {
@@ -94,11 +91,12 @@ pub(super) struct EpochView {
     /// One bit per example: saved since the view opened (the common case of a
     /// read, not saved, costs one bit test).
     changed: Vec<u64>,
-    /// Where each saved example's state is in `rows`/`states`.
+    /// Where each saved example's row is in `rows`.
     slot: HashMap<u32, u32, BuildHasherDefault<IdHasher>>,
-    /// Saved states, by slot.
-    states: Vec<SavedState>,
-    /// Saved RDP rows, by slot (`#orders` each), in one allocation.
+    /// Examples saved.
+    saved_count: usize,
+    /// Saved RDP rows at the view's step (releases not included), by slot
+    /// (`#orders` each), in one allocation.
     rows: Vec<f64>,
     /// Examples below this id were read already; their changes need no copy.
     read_below: AtomicUsize,
@@ -114,7 +112,7 @@ impl Clone for EpochView {
             release: self.release.clone(),
             changed: self.changed.clone(),
             slot: self.slot.clone(),
-            states: self.states.clone(),
+            saved_count: self.saved_count,
             rows: self.rows.clone(),
             read_below: AtomicUsize::new(self.read_below.load(Ordering::Acquire)),
         }
@@ -122,38 +120,43 @@ impl Clone for EpochView {
 }
 
 impl EpochView {
-    /// Keep example `i`'s state unless it was kept already (the first save is the
-    /// state at the view's step) or the view has read it already. The caller is
-    /// about to change it.
+    /// Whether example `i`'s row must be saved before it changes: not when it
+    /// was saved already (the first save is the state at the view's step), when
+    /// the view has read it already, or when a compaction computed ahead.
     #[inline]
-    pub(super) fn save(&mut self, i: usize, bucket: u32, since: u64, flags: u8, acc: &[f64]) {
-        let (word, bit) = (i / 64, 1u64 << (i % 64));
-        if self.ahead.is_some()
-            || self.changed[word] & bit != 0
-            || i < self.read_below.load(Ordering::Acquire)
-        {
-            return;
-        }
-        self.changed[word] |= bit;
-        self.slot.insert(i as u32, self.states.len() as u32);
-        self.states.push((bucket, since, flags));
-        self.rows.extend_from_slice(acc);
+    pub(super) fn needs_save(&self, i: usize) -> bool {
+        self.ahead.is_none()
+            && self.changed[i / 64] & (1u64 << (i % 64)) == 0
+            && i >= self.read_below.load(Ordering::Acquire)
     }
 
-    /// Example `i`'s saved state, if it changed since the view opened.
+    /// The view's step (a saved row is evaluated as before it).
+    pub(super) fn step(&self) -> u64 {
+        self.token.step
+    }
+
+    /// Keep `row` as example `i`'s RDP at the view's step (after `needs_save`).
     #[inline]
-    fn saved(&self, i: usize, m: usize) -> Option<(SavedState, &[f64])> {
+    pub(super) fn save(&mut self, i: usize, row: &[f64]) {
+        self.changed[i / 64] |= 1u64 << (i % 64);
+        self.slot.insert(i as u32, self.saved_count as u32);
+        self.saved_count += 1;
+        self.rows.extend_from_slice(row);
+    }
+
+    /// Example `i`'s saved row, if it changed since the view opened.
+    #[inline]
+    fn saved(&self, i: usize, m: usize) -> Option<&[f64]> {
         if self.changed[i / 64] & (1u64 << (i % 64)) == 0 {
             return None;
         }
         let k = *self.slot.get(&(i as u32))? as usize;
-        Some((self.states[k], &self.rows[k * m..(k + 1) * m]))
+        Some(&self.rows[k * m..(k + 1) * m])
     }
 
     /// Heap bytes held by the view.
     pub(super) fn bytes(&self) -> usize {
         self.rows.capacity() * 8
-            + self.states.capacity() * std::mem::size_of::<SavedState>()
             + self.slot.capacity() * 16
             + self.changed.capacity() * 8
             + self.release.capacity() * 8
@@ -161,21 +164,31 @@ impl EpochView {
     }
 }
 
-/// Save example `i` into the open view, if any, before changing it. A macro over
-/// the ledger's fields (not a method) so that callers holding borrows of other
-/// fields (the prefix sums, the filter) can use it.
+/// Save example `i`'s row into the open view, if any, before changing its
+/// state. A macro over the ledger's fields (not a method) so that callers
+/// holding borrows of other fields (the prefix sums, the filter) can use it;
+/// `$prefix` is the ledger's prefix sums (`None` in shuffle mode).
 macro_rules! save_for_view {
-    ($ledger:expr, $i:expr) => {
+    ($ledger:expr, $i:expr, $prefix:expr) => {
         if let Some(view) = $ledger.view.as_mut() {
             let i: usize = $i;
-            let m = $ledger.m;
-            view.save(
-                i,
-                $ledger.bucket[i],
-                $ledger.since[i],
-                $ledger.flags[i],
-                &$ledger.acc[i * m..(i + 1) * m],
-            );
+            if view.needs_save(i) {
+                let eval = $crate::ledger::dataset::compact::Eval {
+                    levels: &$ledger.levels,
+                    tables: &$ledger.seg_tables,
+                    prefix: $prefix,
+                    top: $ledger.top,
+                };
+                let mut row = vec![0.0; $ledger.m];
+                eval.own_into(
+                    i,
+                    $ledger.bucket[i],
+                    $ledger.flags[i],
+                    $crate::ledger::dataset::view::At::Before(view.step()),
+                    &mut row,
+                );
+                view.save(i, &row);
+            }
         }
     };
 }
@@ -215,7 +228,7 @@ impl Ledger {
             release: self.release.clone(),
             changed: vec![0; self.n.div_ceil(64)],
             slot: HashMap::default(),
-            states: Vec::new(),
+            saved_count: 0,
             rows: Vec::new(),
             read_below: AtomicUsize::new(0),
         });
@@ -239,7 +252,7 @@ impl Ledger {
 
     /// Examples whose state the open view keeps a copy of (changed since it opened).
     pub fn view_saved(&self) -> usize {
-        self.view.as_ref().map_or(0, |v| v.states.len())
+        self.view.as_ref().map_or(0, |v| v.saved_count)
     }
 
     /// Epsilons of the examples in `ids` as they were at the view's step (at
@@ -288,21 +301,22 @@ impl Ledger {
     fn compute_view_epsilons(&self, view: &EpochView, ids: Range<usize>, out: &mut Vec<f64>) {
         let conv = Converter::new(&self.orders, view.delta, view.conversion);
         let m = self.m;
+        let eval = self.eval();
         let mut rdp = vec![0.0; m];
         for i in ids {
-            let ((bucket, since, flags), acc) = view.saved(i, m).unwrap_or((
-                (self.bucket[i], self.since[i], self.flags[i]),
-                &self.acc[i * m..(i + 1) * m],
-            ));
-            self.rdp_of_state(
-                bucket,
-                since,
-                flags,
-                acc,
-                At::Before(view.token.step),
-                &view.release,
-                &mut rdp,
-            );
+            match view.saved(i, m) {
+                Some(row) => rdp.copy_from_slice(row),
+                None => eval.own_into(
+                    i,
+                    self.bucket[i],
+                    self.flags[i],
+                    At::Before(view.token.step),
+                    &mut rdp,
+                ),
+            }
+            for (o, &r) in rdp.iter_mut().zip(&view.release) {
+                *o += r;
+            }
             out.push(conv.epsilon(&rdp).epsilon);
         }
     }
@@ -323,45 +337,9 @@ impl Ledger {
         if let Some(view) = self.view.as_mut() {
             view.ahead = Some((from, epsilons));
             view.slot = HashMap::default();
-            view.states = Vec::new();
+            view.saved_count = 0;
             view.rows = Vec::new();
             view.changed.fill(0);
-        }
-    }
-
-    /// An example's RDP vector at step `at` from its state (threshold bucket,
-    /// `since`, flags, accumulated row) and the release offset: the one expression
-    /// behind every per-example query, live or through a view.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn rdp_of_state(
-        &self,
-        bucket: u32,
-        since: u64,
-        flags: u8,
-        acc: &[f64],
-        at: At,
-        release: &[f64],
-        out: &mut [f64],
-    ) {
-        match &self.accrual {
-            Accrual::Poisson(prefix) => {
-                let (st, now) = match at {
-                    At::Now(t) => (prefix.index_of(t), t),
-                    At::Before(t) => (prefix.index_before(t), t),
-                };
-                if flags & ALL_TOP != 0 && flags & RETIRED == 0 {
-                    prefix.prefix_in(st, now, self.top, out);
-                } else {
-                    out.copy_from_slice(acc);
-                    if flags & RETIRED == 0 {
-                        prefix.difference_in(st, since, now, bucket, out);
-                    }
-                }
-            }
-            Accrual::Shuffle(_) => out.copy_from_slice(acc),
-        }
-        for (o, &r) in out.iter_mut().zip(release) {
-            *o += r;
         }
     }
 }
