@@ -48,36 +48,63 @@ fn kss_meets_the_rank_error_goal_with_ties_at_the_bound() {
 /// Issue 15, item 8: per-example epsilons of a run with stable norms (about 115
 /// distinct values in runs of up to about 1,400). Before the grid mechanism KSS
 /// measured 92 here (309 at resolution 0); the goal is 30. Rank errors count
-/// ties as intervals at the release's public resolution `B / 2^16`: no zCDP
-/// mechanism can hit a private value exactly (docs/releases-quantiles.md).
+/// ties as intervals at the release's public resolution `B / GRID_CELLS`: no
+/// zCDP mechanism can hit a private value exactly (docs/releases-quantiles.md).
 #[test]
 fn kss_meets_the_rank_error_goal_on_tied_data() {
     let report = compare_methods(2022, 50_000, Population::Tied, &LEVELS, RHO, TRIALS);
     println!("{}", report.to_text());
-    assert!(report.resolution > 0.0 && report.resolution <= 1.0 / 65536.0);
+    assert_eq!(report.resolution, resolution());
+    assert!(report.resolution > 0.0 && report.resolution <= 1.0 / 8192.0);
     assert!(
         report.kss_mean_rank_error <= 30.0,
         "KSS mean rank error on tied data {}",
         report.kss_mean_rank_error
     );
+    for row in &report.levels {
+        assert!(row.kss_rank_error <= 60.0, "level {}: {row:?}", row.level);
+    }
 }
 
-/// Continuous data must not lose accuracy to the grid. Measured means (seed
-/// 2022, 20 trials): 18.5 before (jitter, but overspending its charge, see the
-/// proof's correction), 19.0 with the grid at the old utility scale, 22.1 with
-/// the grid and the corrected scale. 25 fails if the grid cost more than a
-/// few ranks on top of the privacy correction.
+/// Mean and squared standard error of independent trials.
+fn mean_and_variance_of_mean(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var / n)
+}
+
+/// Continuous data must not lose accuracy to the grid. The served grid (`2^13`
+/// cells, chosen for ties: a cell holds up to about 18 values here) runs beside
+/// the grid of issue 15 (`2^16` cells, at most about 2.5 values per cell) in the
+/// same run, at exact ranks (no credit for the resolution), 200 trials. 20
+/// trials were too few: their mean on one grid ranged over 21.7-30.6 with the
+/// random stream alone. The trials are independent, so the difference of the
+/// two means has a standard error measured from the trials themselves; the
+/// served grid may not be worse by more than four of them (about 5 ranks: a
+/// grid of `2^11` cells, 11 ranks worse, fails), and both meet the goal of 30.
 #[test]
 fn grid_keeps_the_accuracy_on_continuous_data() {
     let population = Population::Beta {
         share_at_bound: 0.0,
     };
-    let report = compare_methods(2022, 50_000, population, &LEVELS, RHO, TRIALS);
+    let report = compare_methods(2022, 50_000, population, &LEVELS, RHO, 200);
+    assert_eq!(report.resolution, 0.0, "exact ranks on continuous data");
+    let (served, var_served) = mean_and_variance_of_mean(&report.kss_trial_means);
+    let (fine, var_fine) = mean_and_variance_of_mean(&report.issue_15_grid_trial_means);
     assert!(
-        report.kss_mean_rank_error <= 25.0,
-        "KSS mean rank error {}",
-        report.kss_mean_rank_error
+        (served - report.kss_mean_rank_error).abs() < 1e-9,
+        "{report:?}"
     );
+    let se = (var_served + var_fine).sqrt();
+    println!(
+        "continuous data, exact ranks, 200 trials: served grid {served:.1}, \
+         issue-15 grid {fine:.1}, standard error of the difference {se:.2}"
+    );
+    // Not vacuous: four standard errors stay below 6 ranks.
+    assert!(se < 1.5, "standard error {se}");
+    assert!(served <= fine + 4.0 * se, "{served} vs {fine} ± {se}");
+    assert!(served <= 30.0 && fine <= 30.0, "{served}, {fine}");
 }
 
 /// Issue 29: training-like traces under the min rule, 20-40% of the values at
@@ -122,6 +149,23 @@ fn kss_meets_the_goal_on_min_rule_traces() {
 fn kss_meets_the_goal_on_tied_min_rule_traces() {
     for share in [0.2, 0.3, 0.4] {
         check_min_rule(share, Norms::Persistent);
+    }
+}
+
+/// Five persistent norm classes: every value tied, in runs of a few hundred
+/// spread over the range with gaps between them. On the issue-15 grid of
+/// `2^16` cells the gaps (about 50 empty cells each) outweighed a run covering
+/// the target and KSS missed the goal (mean 30-35, worst level up to 75); the
+/// served grid of `2^13` cells (gaps of a few cells) is run beside it in the
+/// same report.
+#[test]
+fn kss_meets_the_goal_on_all_tied_min_rule_traces() {
+    for share in [0.2, 0.3, 0.4] {
+        let report = check_min_rule(share, Norms::Classes);
+        assert!(
+            report.kss_mean_rank_error < report.issue_15_grid_mean_rank_error,
+            "{report:?}"
+        );
     }
 }
 
@@ -192,7 +236,7 @@ fn old_recursion_misses_below_the_atom() {
 /// different difficulty, so atom shares range over about 5-55% by group).
 #[test]
 fn per_group_releases_meet_the_goal_near_the_atom() {
-    for norms in [Norms::Varying, Norms::Persistent] {
+    for norms in [Norms::Varying, Norms::Persistent, Norms::Classes] {
         let report = compare_groups(2022, 50_000, 0.3, norms, &LEVELS, RHO, TRIALS);
         println!("{}", report.to_text());
         assert_eq!(report.groups.len(), 5);

@@ -8,7 +8,9 @@
 //! - KSS quantiles run one eta-bounded-range exponential mechanism per depth
 //!   (one per example: the sub-problems at a depth see disjoint data). Such a
 //!   mechanism is eta-DP, so each depth is a pure-DP event of epsilon eta
-//!   (randomized response, its tight dominating pair). Its zCDP charge
+//!   (randomized response, its tight dominating pair). A depth where an atom's
+//!   count is released in place of a mechanism (issue 29) uses Laplace noise
+//!   of scale `2/eta`, which is `eta/2`-DP: the same event dominates it. Its zCDP charge
 //!   `eta²/8` is not a Gaussian one and must not be treated as one.
 //!
 //! Per-group statistics cost the same as population ones: groups are disjoint.

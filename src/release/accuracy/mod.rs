@@ -14,7 +14,7 @@ pub use min_rule::{min_rule_trace, MinRuleTrace, Norms};
 pub use near_bound::{compare_groups, histogram_near_bound, GroupsReport, HistogramReport};
 
 use super::quantiles::{
-    gradient_quantiles, kss_quantiles, per_level_quantiles, resolution, GRADIENT_STEPS,
+    gradient_quantiles, kss_quantiles, kss_quantiles_on, per_level_quantiles, Grid, GRADIENT_STEPS,
 };
 use rand::SeedableRng;
 use rand_distr::{Beta, Binomial, Distribution};
@@ -206,21 +206,46 @@ pub struct AccuracyReport {
     pub kss_max_rank_error: f64,
     /// Largest per-level mean rank error, gradient method.
     pub gradient_max_rank_error: f64,
+    /// Cells of the grid of issue 15 ([`ISSUE_15_GRID_CELLS`]) that KSS is
+    /// also run on in the same run, for comparison with the served grid.
+    pub issue_15_grid_cells: u32,
+    /// Mean rank error of KSS on that grid, measured at that grid's own
+    /// resolution on tied data (exact on continuous data).
+    pub issue_15_grid_mean_rank_error: f64,
+    /// Its largest per-level mean rank error.
+    pub issue_15_grid_max_rank_error: f64,
     /// Mean rank error over levels and trials of [`per_level_quantiles`].
     pub per_level_mean_rank_error: f64,
     /// Its largest per-level mean rank error.
     pub per_level_max_rank_error: f64,
+    /// KSS's rank error of each trial, averaged over the levels (the test of
+    /// the grid compares these with a standard error, not a fixed margin).
+    #[serde(skip)]
+    pub kss_trial_means: Vec<f64>,
+    /// The same on the issue-15 grid.
+    #[serde(skip)]
+    pub issue_15_grid_trial_means: Vec<f64>,
     /// Mean exact rank error (resolution 0), KSS.
     pub kss_mean_exact_rank_error: f64,
     /// Mean exact rank error (resolution 0), gradient method.
     pub gradient_mean_exact_rank_error: f64,
 }
 
+/// The grid the release served from issue 15 to issue 29 (`2^16` cells), run
+/// beside the served grid so that a change of grid is measured in one run.
+pub const ISSUE_15_GRID_CELLS: u32 = 1 << 16;
+
 /// The resolution at which rank errors on `population` are measured, in units of `B`.
 pub fn resolution_for(population: Population) -> f64 {
+    resolution_on(population, Grid::SERVED)
+}
+
+/// The resolution at which rank errors of releases on `grid` are measured: 0
+/// (exact ranks) on continuous data, the grid's resolution on tied data.
+pub fn resolution_on(population: Population, grid: Grid) -> f64 {
     match population {
         Population::Beta { .. } => 0.0,
-        Population::Tied | Population::MinRule { .. } => resolution(),
+        Population::Tied | Population::MinRule { .. } => grid.resolution(),
     }
 }
 
@@ -244,6 +269,11 @@ pub fn compare_methods(
     // per-level alternative has its own, so adding it changed no other figure.
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed ^ 0x5eed);
     let mut rng_per_level = rand_pcg::Pcg64::seed_from_u64(seed ^ 0x7eed);
+    let mut rng_issue_15 = rand_pcg::Pcg64::seed_from_u64(seed ^ 0x15ed);
+    let issue_15_grid = Grid::new(ISSUE_15_GRID_CELLS);
+    let h_15 = resolution_on(population, issue_15_grid) * bound;
+    let mut err_15 = vec![0.0; levels.len()];
+    let mut trial_means = [Vec::with_capacity(trials), Vec::with_capacity(trials)];
     let m = levels.len();
     let exact: Vec<f64> = levels.iter().map(|&q| exact_quantile(&sorted, q)).collect();
     // [KSS, gradient] × [at resolution, exact, value], per level.
@@ -257,6 +287,23 @@ pub fn compare_methods(
         let k = kss_quantiles(&mut rng, &values, bound, levels, rho);
         let g = gradient_quantiles(&mut rng, &values, bound, levels, rho, GRADIENT_STEPS);
         let p = per_level_quantiles(&mut rng_per_level, &values, bound, levels, rho);
+        let f = kss_quantiles_on(
+            issue_15_grid,
+            &mut rng_issue_15,
+            &values,
+            bound,
+            levels,
+            rho,
+        );
+        let mut this_trial = [0.0, 0.0];
+        for (j, e) in err_15.iter_mut().enumerate() {
+            let e_15 = rank_error_within(&sorted, levels[j], f[j], h_15);
+            *e += e_15 / trials as f64;
+            this_trial[0] += rank_error_within(&sorted, levels[j], k[j], h) / levels.len() as f64;
+            this_trial[1] += e_15 / levels.len() as f64;
+        }
+        trial_means[0].push(this_trial[0]);
+        trial_means[1].push(this_trial[1]);
         for (method, est) in [&k, &g, &p].into_iter().enumerate() {
             for j in 0..m {
                 err[method][0][j] +=
@@ -297,7 +344,12 @@ pub fn compare_methods(
         gradient_mean_rank_error: mean(&err[1][0]),
         kss_max_rank_error: max(&err[0][0]),
         gradient_max_rank_error: max(&err[1][0]),
+        issue_15_grid_cells: ISSUE_15_GRID_CELLS,
+        issue_15_grid_mean_rank_error: mean(&err_15),
+        issue_15_grid_max_rank_error: max(&err_15),
         per_level_mean_rank_error: mean(&err[2][0]),
+        kss_trial_means: std::mem::take(&mut trial_means[0]),
+        issue_15_grid_trial_means: std::mem::take(&mut trial_means[1]),
         per_level_max_rank_error: max(&err[2][0]),
         kss_mean_exact_rank_error: mean(&err[0][1]),
         gradient_mean_exact_rank_error: mean(&err[1][1]),
@@ -347,6 +399,12 @@ impl AccuracyReport {
         s += &format!(
             "(alternative not served: one mechanism per level at rho/m, sorted: mean {:.1}, worst level {:.1})\n",
             self.per_level_mean_rank_error, self.per_level_max_rank_error
+        );
+        s += &format!(
+            "(KSS on the issue-15 grid of {} cells, at its own resolution: mean {:.1}, worst level {:.1})\n",
+            self.issue_15_grid_cells,
+            self.issue_15_grid_mean_rank_error,
+            self.issue_15_grid_max_rank_error
         );
         if self.resolution > 0.0 {
             s += &format!(
