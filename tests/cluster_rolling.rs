@@ -46,7 +46,7 @@ fn every_node_restarted_in_turn_under_load_fails_no_request() {
     let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url.clone()).collect();
 
     // The Rust client's trainer on r1, starting at n1 (it routes by the map).
-    let trace = Arc::new(poisson_trace(23, n, q, 1_000_000));
+    let trace = Arc::new(poisson_trace(23, n, q, 50_000));
     let trainer = {
         let (base, admin, trace, stop) =
             (urls[0].clone(), admin.clone(), trace.clone(), stop.clone());
@@ -55,7 +55,7 @@ fn every_node_restarted_in_turn_under_load_fails_no_request() {
             let c = client(&base, &admin);
             let mut errors = Vec::new();
             let mut t = 0usize;
-            while !stop.load(Ordering::SeqCst) {
+            while !stop.load(Ordering::SeqCst) && t < trace.len() {
                 let line = &trace[t];
                 let report = StepReport::new(
                     t as u64,
@@ -103,7 +103,7 @@ fn every_node_restarted_in_turn_under_load_fails_no_request() {
     };
     // A plain HTTP trainer on r2 that retries what is retryable (503, refused
     // connections) through any node.
-    let trace2 = Arc::new(poisson_trace(24, n, q, 1_000_000));
+    let trace2 = Arc::new(poisson_trace(24, n, q, 50_000));
     let acked2 = Arc::new(AtomicU64::new(0));
     let trainer2 = {
         let (urls, admin, trace2, stop, acked2) = (
