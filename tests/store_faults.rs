@@ -325,7 +325,7 @@ fn a_step_cut_at_commit_is_answered_truthfully_and_its_retry_applies_once() {
         let url = format!("{}/v1/datasets/s/steps", server.url);
         let body = json!({"step": step, "ids": [0, 1], "norms": [1.0, 0.5]});
         proxy.arm(cut);
-        let first = send("POST", &url, &admin, None, &body);
+        let first = send("POST", &url, admin, None, &body);
         assert!(!proxy.armed());
         if first.status != 200 {
             assert_eq!(first.status, 503, "{cut:?}: {:?}", first.body);
@@ -334,7 +334,7 @@ fn a_step_cut_at_commit_is_answered_truthfully_and_its_retry_applies_once() {
                 "{cut:?}"
             );
         }
-        let retry = send("POST", &url, &admin, None, &body);
+        let retry = send("POST", &url, admin, None, &body);
         assert_eq!(retry.status, 200, "{cut:?}: {:?}", retry.body);
         assert_eq!(count(&db, "s", 2), step as i64 + 1, "{cut:?}");
     }
@@ -362,7 +362,7 @@ fn reads_recover_without_a_write_once_the_store_answers_again() {
             let first = send(
                 "PUT",
                 &format!("{}/v1/datasets/r/release-budget", server.url),
-                &admin,
+                admin,
                 Some("k"),
                 &json!({"rho": 3.0}),
             );
@@ -377,23 +377,23 @@ fn reads_recover_without_a_write_once_the_store_answers_again() {
     std::thread::sleep(Duration::from_millis(1500));
     let down = get(
         &format!("{}/v1/datasets/r/release-budget", server.url),
-        Some(&admin),
+        Some(admin),
     );
     assert_eq!(down.status, 503, "{:?}", down.body);
     // Back up: reads recover with no write sent, and show the landed change.
     proxy.set_down(false);
-    let took = wait_readable(&server, &admin, "r", Duration::from_secs(20));
+    let took = wait_readable(server, admin, "r", Duration::from_secs(20));
     eprintln!("reads recovered {took:?} after the store answered again");
     let budget = get(
         &format!("{}/v1/datasets/r/release-budget", server.url),
-        Some(&admin),
+        Some(admin),
     );
     assert_eq!(budget.body["rho_budget"], 3.0, "{:?}", budget.body);
     // The writer does not keep its dead connection: the next write succeeds.
     let next = send(
         "PUT",
         &format!("{}/v1/datasets/r/release-budget", server.url),
-        &admin,
+        admin,
         None,
         &json!({"rho": 4.0}),
     );
