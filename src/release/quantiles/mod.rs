@@ -16,7 +16,7 @@
 //! * [`grid`]: the public per-record map of values to cells (atoms `{0}`,
 //!   `{B}` and `G` intervals) and the cells' released values; runs of equal
 //!   values share a cell, so a tied run is one output.
-//! * [`utility`]: the proof-facing part: a level's target `f·n + o` and the
+//! * [`utility`](mod@utility): the proof-facing part: a level's target `f·n + o` and the
 //!   utility `−s(f)·dist(target, ranks of the cell)`, `s(f) = 1/(2 max(f,
 //!   1−f))`, whose changes under add/remove span at most 1 (brute-force tests).
 //! * [`mechanism`]: the exponential mechanism on the grid's cells.
