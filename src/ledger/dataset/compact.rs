@@ -32,10 +32,18 @@
 
 use super::columns::{ALL_TOP, RETIRED};
 use super::levels::LevelHistory;
-use super::view::At;
 use crate::accounting::table::RdpTable;
 use crate::ledger::prefix::PrefixSums;
 use std::sync::Arc;
+
+/// The step at which an example's RDP is read, and through which segment.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum At {
+    /// The live ledger at step `t` (its current step).
+    Now(u64),
+    /// A view at step `t`: as the ledger computed it before any step `t` began.
+    Before(u64),
+}
 
 /// What evaluating an example needs: its history, the segments' tables, and
 /// (Poisson) the prefix sums. Borrowed field by field, so that the step loop can

@@ -3,7 +3,7 @@
 //! All read-only: `O(#orders)` per example, `O(n × #orders)` for all of them.
 
 use super::columns::{OVER_BUDGET, RETIRED};
-use super::view::At;
+use super::compact::At;
 use super::{Accrual, Ledger};
 use crate::accounting::conversion::{Conversion, EpsilonAtOrder};
 use crate::accounting::pld::PldEvent;

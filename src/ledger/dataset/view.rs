@@ -22,6 +22,7 @@
 //! compaction itself) and the view serves them from there. At most one view is
 //! open per ledger.
 
+use super::compact::At;
 use super::Ledger;
 use crate::accounting::conversion::Conversion;
 use crate::ledger::convert::Converter;
@@ -30,15 +31,6 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// The step at which an example's RDP is read, and through which segment.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum At {
-    /// The live ledger at step `t` (its current step).
-    Now(u64),
-    /// A view at step `t`: as the ledger computed it before any step `t` began.
-    Before(u64),
-}
 
 /// Names an open view; a token whose view was closed (or whose ledger was
 /// replaced by a reload) reads nothing.
@@ -184,7 +176,7 @@ macro_rules! save_for_view {
                     i,
                     $ledger.bucket[i],
                     $ledger.flags[i],
-                    $crate::ledger::dataset::view::At::Before(view.step()),
+                    $crate::ledger::dataset::compact::At::Before(view.step()),
                     &mut row,
                 );
                 view.save(i, &row);

@@ -4,10 +4,19 @@
 //! which the other side's targets keep the parent's ranks
 //! (`docs/releases-quantiles.md`, "Why atoms are not split").
 
-use super::recursion::SubProblem;
 use super::utility::Target;
 use crate::release::noise::add_laplace;
 use rand::Rng;
+
+/// One node of the recursion: its sorted values, its domain `lo..=hi` and the
+/// public masses standing on its atoms.
+#[derive(Clone, Copy)]
+pub(super) struct SubProblem<'a> {
+    pub(super) cells: &'a [u32],
+    pub(super) lo: u32,
+    pub(super) hi: u32,
+    pub(super) atoms: AtomMass,
+}
 
 /// Public masses that a sub-problem places on the atoms `{0}` and `{B}` of its
 /// domain in place of values it no longer holds: after a chosen atom's values

@@ -3,7 +3,7 @@
 //! side. At each depth the sub-problems see disjoint data, so one example meets
 //! one mechanism per depth: `L = ceil(log2(m+1))` depths of `η²/8` each.
 
-use super::atoms::{beside_atom, Atom, AtomMass};
+use super::atoms::{beside_atom, Atom, AtomMass, SubProblem};
 use super::grid::Grid;
 use super::mechanism::Mechanism;
 use super::utility::Target;
@@ -81,16 +81,6 @@ pub fn kss_quantiles_on<R: Rng + ?Sized>(
     };
     recurse(rng, mech, root, &targets, &mut out);
     out.iter().map(|&c| grid.cell_value(c, bound)).collect()
-}
-
-/// One node of the recursion: its sorted values, its domain `lo..=hi` and the
-/// public masses standing on its atoms.
-#[derive(Clone, Copy)]
-pub(super) struct SubProblem<'a> {
-    pub(super) cells: &'a [u32],
-    pub(super) lo: u32,
-    pub(super) hi: u32,
-    pub(super) atoms: AtomMass,
 }
 
 fn recurse<R: Rng + ?Sized>(
