@@ -576,6 +576,13 @@ pub struct DatasetStorageReport {
     pub steps: u64,
     /// Memory its ledger holds now.
     pub memory_bytes: u64,
+    /// `memory_bytes` per example (0 while paged out; the compact ledger,
+    /// docs/ledger-memory.md).
+    #[serde(default)]
+    pub memory_bytes_per_example: f64,
+    /// The newest snapshot's bytes per example (0 without a snapshot).
+    #[serde(default)]
+    pub snapshot_bytes_per_example: f64,
     /// Seconds since it was last read or changed.
     pub idle_seconds: f64,
     /// Sequence number of its last record.

@@ -759,6 +759,8 @@ class DatasetStorageReport:
     examples: int
     steps: int
     memory_bytes: int
+    memory_bytes_per_example: float
+    snapshot_bytes_per_example: float
     idle_seconds: float
     last_seq: int
     log_records: int
