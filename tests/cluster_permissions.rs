@@ -16,21 +16,6 @@ use dpledger::api::permissions::role_name;
 use permission_matrix::check_permission_matrix;
 use std::time::Duration;
 
-/// `dpledger_cluster_forwarded_total` of node `url` (0 when never incremented).
-fn forwarded(url: &str, token: &str) -> f64 {
-    let text = ureq::get(&format!("{url}/metrics"))
-        .set("Authorization", &format!("Bearer {token}"))
-        .call()
-        .expect("metrics")
-        .into_string()
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with("dpledger_cluster_forwarded_total"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-}
-
 #[test]
 fn the_permission_table_holds_through_a_non_owner_node() {
     let Some(cluster) = Cluster::start(3, 2000) else {

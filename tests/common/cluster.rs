@@ -604,3 +604,18 @@ pub fn assert_matches_replay(
         );
     }
 }
+
+/// `dpledger_cluster_forwarded_total` of node `url` (0 when never incremented).
+pub fn forwarded(url: &str, token: &str) -> f64 {
+    let text = ureq::get(&format!("{url}/metrics"))
+        .set("Authorization", &format!("Bearer {token}"))
+        .call()
+        .expect("metrics")
+        .into_string()
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with("dpledger_cluster_forwarded_total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
