@@ -11,19 +11,32 @@
 //! `C`, rounded up to the grid); before the first, `C` (`docs/data-dependent.md`).
 //! Several refresh records before the same step form one checkpoint; a later norm
 //! of an example replaces an earlier one, as in the ledger.
+//!
+//! In a cluster (issue 23) any node answers over runs served anywhere: a run
+//! this node does not serve is rebuilt, privately and read-only, from the shared
+//! log (newest snapshot + records after it, the load a takeover does). The log
+//! is the truth every owner's ledger is a prefix-image of (a node applies only
+//! what it persisted, a fenced write never commits), so the copy is the ledger
+//! a single node holding every run would have had at that point of the log;
+//! nothing depends on which node owns a run, or on a lease moving meanwhile.
+//! The caller's rights are checked per run by the HTTP layer, from the token,
+//! identically on every node.
 
 use super::bounds::blocking;
 use super::error::{EngineError, EngineResult};
+use super::Dataset;
 use super::Engine;
 use crate::accounting::data_dependent::{
     analyze, Analysis, Checkpoint, DataDependentError, Options, Rounding, RunSet, StepParams,
 };
 use crate::accounting::orders::ledger_orders;
 use crate::accounting::{validate, BucketGrid, Conversion};
-use crate::ledger::{DatasetConfig, Sampling};
+use crate::ledger::{DatasetConfig, Ledger, Sampling};
 use crate::store::codec::StepPayload;
 use crate::store::{RecordKind, StoreError, StoredRecord};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::RwLockReadGuard;
 
 /// Most runs one analysis may name.
 pub const MAX_RUNS: usize = 64;
@@ -48,6 +61,13 @@ pub struct DataDependentRequest {
     pub rounding: Rounding,
     /// Only this example (its owner's view; the cost of one example).
     pub example: Option<u64>,
+}
+
+/// A run's dataset: the one this node serves, or (cluster mode, a run served
+/// elsewhere or by nobody right now) a private copy rebuilt from the shared log.
+struct Run {
+    ds: Arc<Dataset>,
+    served: bool,
 }
 
 /// What a run's ledger says, read under its read lock.
@@ -129,15 +149,23 @@ impl Engine {
                 detail: m,
                 field: Some("order_ratio"),
             })?;
+        // One analysis at a time, and its copies of runs served elsewhere with it.
+        let _permit = ANALYSES
+            .acquire()
+            .await
+            .map_err(|_| EngineError::Internal("analysis queue closed".into()))?;
+        let mut runs = Vec::with_capacity(request.runs.len());
         let mut views = Vec::with_capacity(request.runs.len());
         for id in &request.runs {
-            let ds = self.dataset(id)?;
-            let ledger = self.read_ledger(&ds).await?;
+            let run = self.run(id).await?;
+            let ledger = self.run_ledger(&run).await?;
             views.push(RunView {
                 config: ledger.config().clone(),
                 grid: *ledger.grid(),
                 steps: ledger.next_step(),
             });
+            drop(ledger);
+            runs.push(run);
         }
         let delta = match request.delta {
             Some(d) => d,
@@ -164,10 +192,6 @@ impl Engine {
                 )));
             }
         }
-        let _permit = ANALYSES
-            .acquire()
-            .await
-            .map_err(|_| EngineError::Internal("analysis queue closed".into()))?;
         let logs = self.run_logs(&request.runs, &views).await?;
         let run_set = run_set(&request.runs, &views, logs, request.example)?;
         let options = Options {
@@ -181,13 +205,12 @@ impl Engine {
         let mut analysis = tokio::task::spawn_blocking(move || analyze(&run_set, &options))
             .await
             .map_err(|_| EngineError::Internal("the analysis task failed".into()))??;
-        drop(_permit);
         analysis.datasets = request.runs.clone();
         // Seed-000 per-instance epsilons (min(RDP_i, PLD worst), as served).
         let mut per_run = Vec::with_capacity(request.runs.len());
-        for (id, view) in request.runs.iter().zip(&views) {
-            let ds = self.dataset(id)?;
-            let ledger = self.read_ledger(&ds).await?;
+        for ((id, view), run) in request.runs.iter().zip(&views).zip(&runs) {
+            let ds = &run.ds;
+            let ledger = self.run_ledger(run).await?;
             if ledger.next_step() != view.steps {
                 return Err(EngineError::Unavailable(format!(
                     "run {id:?} took a step during the analysis: retry"
@@ -204,6 +227,7 @@ impl Engine {
                 }
             });
         }
+        drop(_permit);
         analysis.attach_per_instance(&per_run);
         if let Some(x) = request.example {
             for e in &mut analysis.examples {
@@ -213,29 +237,52 @@ impl Engine {
         Ok(analysis)
     }
 
-    /// Read every run's steps and refreshes from the log (on a blocking thread).
+    /// The run `id`: the dataset this node serves, or in a cluster, when this
+    /// node does not serve it, a read-only copy rebuilt from the shared log
+    /// (404 when the log has no such dataset).
+    async fn run(&self, id: &str) -> EngineResult<Run> {
+        match self.dataset(id) {
+            Ok(ds) => Ok(Run { ds, served: true }),
+            Err(EngineError::NotOwner(_)) if self.cluster.is_some() => {
+                let ds = self.reload(id).await?;
+                tracing::info!(dataset = id, "analysis: run read from the shared log");
+                Ok(Run { ds, served: false })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A run's ledger under its read lock (a served one through the paging
+    /// and staleness checks; a private copy as it is: nothing writes to it).
+    async fn run_ledger<'a>(&self, run: &'a Run) -> EngineResult<RwLockReadGuard<'a, Ledger>> {
+        if run.served {
+            self.read_ledger(&run.ds).await
+        } else {
+            Ok(run.ds.ledger.read().await)
+        }
+    }
+
+    /// Read every run's steps and refreshes from the log, each run's own
+    /// records through the store's per-dataset index (on a blocking thread).
     async fn run_logs(&self, runs: &[String], views: &[RunView]) -> EngineResult<Vec<RunLog>> {
         let store = self.store.clone();
-        let index: HashMap<String, usize> = runs
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.clone(), i))
-            .collect();
+        let runs = runs.to_vec();
         let limits: Vec<(u64, usize, BucketGrid)> = views
             .iter()
             .map(|v| (v.steps, v.config.examples as usize, v.grid))
             .collect();
         let read = tokio::task::spawn_blocking(move || -> Result<Vec<RunLog>, StoreError> {
-            let mut logs: Vec<RunLog> = (0..limits.len()).map(|_| RunLog::default()).collect();
-            store.load(&mut |stored: StoredRecord| {
-                let Some(&r) = index.get(&stored.record.dataset) else {
-                    return Ok(());
-                };
-                visit(&mut logs[r], &limits[r], &stored).map_err(|detail| StoreError::Replay {
-                    seq: stored.seq,
-                    detail,
-                })
-            })?;
+            let mut logs = Vec::with_capacity(runs.len());
+            for (id, limit) in runs.iter().zip(&limits) {
+                let mut log = RunLog::default();
+                store.load_dataset(id, 0, &mut |stored: StoredRecord| {
+                    visit(&mut log, limit, &stored).map_err(|detail| StoreError::Replay {
+                        seq: stored.seq,
+                        detail,
+                    })
+                })?;
+                logs.push(log);
+            }
             Ok(logs)
         })
         .await

@@ -327,6 +327,23 @@ impl Cluster {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
+    /// `dpledger token` covering several datasets with one role.
+    pub fn token_for(&self, role: &str, datasets: &[&str], examples: Option<&str>) -> String {
+        let mut cmd = Command::new(binary());
+        cmd.args(["token", "--role", role])
+            .arg("--data-dir")
+            .arg(self.dir.path());
+        for d in datasets {
+            cmd.args(["--dataset", d]);
+        }
+        if let Some(e) = examples {
+            cmd.args(["--examples", e]);
+        }
+        let out = cmd.output().expect("token");
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
     /// The map as node `i` answers it.
     pub fn map(&self, i: usize) -> Value {
         let r = get(
