@@ -21,11 +21,35 @@ use crate::engine::Engine;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Leases taken per round, so that a node starting among live ones, or the
 /// survivors of a death, share the datasets instead of one taking all.
 const TAKE_PER_ROUND: usize = 4;
+
+/// Margin after a lease's expiry before trying to take it: the database's
+/// test is strict (`expires_at < now()`), and the expiry read is a round old.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
+impl ClusterNode {
+    /// How long until the soonest expiry, within `round`, of a lease another
+    /// node holds (from the leases last read, their age deducted). A live
+    /// owner renews every quarter TTL, so its lease never comes this close
+    /// to expiring; one that does belongs to a dead or frozen owner.
+    fn expiring_before(&self, round: Duration) -> Option<Duration> {
+        let cache = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        let age = cache.0?.elapsed().as_millis() as i64;
+        let me = self.config.node_id.as_str();
+        cache
+            .1
+            .iter()
+            .filter(|l| l.owner.as_deref().is_some_and(|o| o != me))
+            .map(|l| l.expires_in_ms - age)
+            .filter(|&left| left >= 0 && (left as u128) < round.as_millis())
+            .min()
+            .map(|left| Duration::from_millis(left as u64) + EXPIRY_MARGIN)
+    }
+}
 
 impl Engine {
     /// Runs the lease loop until the task is dropped (a no-op in single-node
@@ -40,6 +64,14 @@ impl Engine {
         loop {
             tick.tick().await;
             self.cluster_round(&node, keep).await;
+            // A lease of another node that runs out before the next round (its
+            // owner missed renewals: dead or frozen) is taken when it expires,
+            // not up to a round later: detection costs the TTL, not TTL + TTL/4.
+            if let Some(wait) = node.expiring_before(round) {
+                tokio::time::sleep(wait).await;
+                self.cluster_round(&node, keep).await;
+                tick.reset();
+            }
         }
     }
 
@@ -141,7 +173,7 @@ impl Engine {
         {
             Ok(taken) => {
                 for (id, epoch) in taken {
-                    self.spawn_adopt(node, id, epoch);
+                    self.spawn_adopt(node, id, epoch, keep);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "taking expired leases failed"),
@@ -199,7 +231,7 @@ impl Engine {
         }
     }
 
-    fn spawn_adopt(&self, node: &Arc<ClusterNode>, id: String, epoch: u64) {
+    fn spawn_adopt(&self, node: &Arc<ClusterNode>, id: String, epoch: u64, keep: usize) {
         node.adopting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -207,7 +239,7 @@ impl Engine {
         let engine = self.clone();
         let node = node.clone();
         tokio::spawn(async move {
-            if let Err(e) = engine.adopt(&id, epoch).await {
+            if let Err(e) = engine.adopt(&id, epoch, keep).await {
                 tracing::error!(dataset = id, error = %e, "loading a taken dataset failed; releasing its lease");
                 let _ = node.db.release(&id, &node.config.node_id, epoch).await;
             }

@@ -67,6 +67,11 @@ pub struct ClusterNode {
     drained: tokio::sync::Notify,
 }
 
+/// Records replayed by a takeover's load from which the new owner writes a
+/// snapshot at once (see `Engine::adopt`): replaying a thousand steps of a
+/// large batch costs seconds, about what loading a snapshot of 10^6 examples does.
+const SNAPSHOT_AFTER_TAKEOVER: u64 = 1_000;
+
 /// The refusal of a request for a dataset this node does not serve.
 pub(crate) fn not_owner(id: &str) -> EngineError {
     EngineError::NotOwner(format!(
@@ -308,12 +313,25 @@ impl Engine {
     }
 
     /// Loads dataset `id` (newest snapshot + its log after it) under lease
-    /// `epoch` and starts serving it.
-    async fn adopt(&self, id: &str, epoch: u64) -> EngineResult<()> {
+    /// `epoch` and starts serving it. When the load replayed a long tail of the
+    /// log, a snapshot is written at once (`keep` kept), in the background: the
+    /// next takeover (another failure, a drain) would otherwise replay the same
+    /// records again, and more, until the snapshot policy's count is reached.
+    async fn adopt(&self, id: &str, epoch: u64, keep: usize) -> EngineResult<()> {
         let started = Instant::now();
         let ds = self.reload(id).await?;
         ds.epoch.store(epoch, Ordering::Release);
+        let replayed = ds.snapshot_mark().records_since;
         self.datasets.insert(id.to_string(), ds);
+        if replayed >= SNAPSHOT_AFTER_TAKEOVER {
+            let engine = self.clone();
+            let id = id.to_string();
+            tokio::spawn(async move {
+                if let Err(e) = engine.snapshot(&id, keep).await {
+                    tracing::warn!(dataset = id, error = %e, "snapshot after a takeover failed");
+                }
+            });
+        }
         metrics::counter!("dpledger_cluster_leases_taken_total").increment(1);
         tracing::info!(
             dataset = id,
