@@ -158,3 +158,39 @@ fn a_drained_node_hands_its_datasets_over_and_exits() {
     assert_ne!(next, owner);
     assert_matches_replay(&cluster, "a", n, q, &trace, 20);
 }
+
+/// A takeover that replayed a long tail of the log (here 151 records, past
+/// half the nodes' `--snapshot-records 200`, below the policy's own count)
+/// writes a snapshot at once, so that the next takeover does not replay it all
+/// again.
+#[test]
+fn a_takeover_that_replayed_a_long_tail_snapshots_at_once() {
+    let Some(mut cluster) = Cluster::start(2, 1000) else {
+        return;
+    };
+    let bound = Duration::from_secs(30);
+    let (n, q) = (20u64, 0.5);
+    cluster.create(0, "d", n, q);
+    let (owner, _) = cluster.wait_owner("d", None, bound);
+    let owner_i = cluster.nodes.iter().position(|x| x.id == owner).unwrap();
+    let admin = cluster.admin_token();
+    let url = format!("{}/v1/datasets/d/steps", cluster.nodes[owner_i].url);
+    for step in poisson_trace(5, n, q, 150) {
+        let r = post_retrying(&url, &admin, &step, bound);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+    assert!(cluster.snapshot_seqs("d").is_empty(), "no snapshot is due yet");
+    cluster.nodes[owner_i].kill();
+    cluster.wait_owner("d", Some(&owner), bound);
+    let started = std::time::Instant::now();
+    loop {
+        let seqs = cluster.snapshot_seqs("d");
+        if let Some(&newest) = seqs.first() {
+            let last = cluster.logged_steps("d").last().map(|s| s.0).unwrap();
+            assert_eq!(newest, last, "the snapshot covers the whole replayed log");
+            break;
+        }
+        assert!(started.elapsed() < bound, "no snapshot after the takeover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

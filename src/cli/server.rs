@@ -484,8 +484,7 @@ impl ServeCmd {
             };
             let leases = {
                 let state = state.clone();
-                let keep = policy.keep;
-                tokio::spawn(async move { state.engine.run_cluster(keep).await })
+                tokio::spawn(async move { state.engine.run_cluster(policy).await })
             };
             let shutdown = {
                 let node = state.engine.cluster().cloned();

@@ -424,6 +424,25 @@ impl Cluster {
         .unwrap()
     }
 
+    /// The seqs of `dataset`'s complete snapshots in the store, newest first.
+    pub fn snapshot_seqs(&self, dataset: &str) -> Vec<i64> {
+        let (url, dataset) = (self.schema.url.clone(), dataset.to_string());
+        std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.query(
+                "SELECT seq FROM dpledger_snapshots WHERE dataset = $1 AND complete \
+                 ORDER BY seq DESC",
+                &[&dataset],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+        })
+        .join()
+        .unwrap()
+    }
+
     /// Every epoch of `dataset`'s records with its first and last seq.
     pub fn epoch_ranges(&self, dataset: &str) -> Vec<(i64, i64, i64)> {
         let (url, dataset) = (self.schema.url.clone(), dataset.to_string());

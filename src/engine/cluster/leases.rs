@@ -17,7 +17,7 @@
 //!    less (a node joined), hands one over instead of taking any.
 
 use super::{ClusterNode, Share};
-use crate::engine::Engine;
+use crate::engine::{Engine, SnapshotPolicy};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -53,8 +53,9 @@ impl ClusterNode {
 
 impl Engine {
     /// Runs the lease loop until the task is dropped (a no-op in single-node
-    /// mode). `keep`: snapshots kept per dataset (for handovers).
-    pub async fn run_cluster(&self, keep: usize) {
+    /// mode). `snapshots`: the snapshot policy (snapshots kept per dataset at
+    /// a handover, and when a takeover snapshots at once).
+    pub async fn run_cluster(&self, snapshots: SnapshotPolicy) {
         let Some(node) = self.cluster.clone() else {
             return;
         };
@@ -63,19 +64,19 @@ impl Engine {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            self.cluster_round(&node, keep).await;
+            self.cluster_round(&node, snapshots).await;
             // A lease of another node that runs out before the next round (its
             // owner missed renewals: dead or frozen) is taken when it expires,
             // not up to a round later: detection costs the TTL, not TTL + TTL/4.
             if let Some(wait) = node.expiring_before(round) {
                 tokio::time::sleep(wait).await;
-                self.cluster_round(&node, keep).await;
+                self.cluster_round(&node, snapshots).await;
                 tick.reset();
             }
         }
     }
 
-    async fn cluster_round(&self, node: &Arc<ClusterNode>, keep: usize) {
+    async fn cluster_round(&self, node: &Arc<ClusterNode>, snapshots: SnapshotPolicy) {
         let me = node.config.node_id.as_str();
         let ttl = node.config.lease_ttl;
         match node
@@ -114,11 +115,11 @@ impl Engine {
             }
             let next = self.datasets.iter().map(|e| e.key().clone()).next();
             match next {
-                Some(id) => self.hand_over(&id, keep).await,
+                Some(id) => self.hand_over(&id, snapshots.keep).await,
                 None => node.drained.notify_waiters(),
             }
         } else {
-            self.share_round(node, keep).await;
+            self.share_round(node, snapshots).await;
         }
         if let Ok(leases) = node.db.leases().await {
             node.remember_leases(leases);
@@ -128,7 +129,7 @@ impl Engine {
 
     /// Takes vacant leases up to this node's fair share, or hands one dataset
     /// over when it holds more than its share while a node lacks work.
-    async fn share_round(&self, node: &Arc<ClusterNode>, keep: usize) {
+    async fn share_round(&self, node: &Arc<ClusterNode>, snapshots: SnapshotPolicy) {
         let me = node.config.node_id.as_str();
         let ttl = node.config.lease_ttl;
         let (nodes, leases) = match (node.db.nodes().await, node.db.leases().await) {
@@ -161,7 +162,7 @@ impl Engine {
                     "rebalancing: handing a dataset over to a node with less"
                 );
                 metrics::counter!("dpledger_cluster_rebalanced_total").increment(1);
-                self.hand_over(&id, keep).await;
+                self.hand_over(&id, snapshots.keep).await;
                 return;
             }
         }
@@ -173,7 +174,7 @@ impl Engine {
         {
             Ok(taken) => {
                 for (id, epoch) in taken {
-                    self.spawn_adopt(node, id, epoch, keep);
+                    self.spawn_adopt(node, id, epoch, snapshots);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "taking expired leases failed"),
@@ -231,7 +232,13 @@ impl Engine {
         }
     }
 
-    fn spawn_adopt(&self, node: &Arc<ClusterNode>, id: String, epoch: u64, keep: usize) {
+    fn spawn_adopt(
+        &self,
+        node: &Arc<ClusterNode>,
+        id: String,
+        epoch: u64,
+        snapshots: SnapshotPolicy,
+    ) {
         node.adopting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -239,7 +246,7 @@ impl Engine {
         let engine = self.clone();
         let node = node.clone();
         tokio::spawn(async move {
-            if let Err(e) = engine.adopt(&id, epoch, keep).await {
+            if let Err(e) = engine.adopt(&id, epoch, snapshots).await {
                 tracing::error!(dataset = id, error = %e, "loading a taken dataset failed; releasing its lease");
                 let _ = node.db.release(&id, &node.config.node_id, epoch).await;
             }

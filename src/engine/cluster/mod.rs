@@ -19,7 +19,7 @@ mod placement;
 pub use placement::{choose_node, Share};
 
 use super::error::{EngineError, EngineResult};
-use super::{Dataset, Engine};
+use super::{Dataset, Engine, SnapshotPolicy};
 /// A dataset's lease as the cluster map shows it.
 pub use crate::store::cluster::LeaseRow;
 use crate::store::cluster::{ClusterDb, NodeMemory, NodeRow};
@@ -68,9 +68,16 @@ pub struct ClusterNode {
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
-/// snapshot at once (see `Engine::adopt`): replaying a thousand steps of a
-/// large batch costs seconds, about what loading a snapshot of 10^6 examples does.
-const SNAPSHOT_AFTER_TAKEOVER: u64 = 1_000;
+/// snapshot at once (see `Engine::adopt`): half what the snapshot policy lets
+/// accumulate between snapshots, and at most 1,000 (replaying a thousand steps
+/// of a large batch costs seconds, about what loading a snapshot of 10^6
+/// examples does).
+fn takeover_snapshot_after(policy: &SnapshotPolicy) -> u64 {
+    match policy.every_records {
+        0 => 1_000,
+        every => (every / 2).clamp(1, 1_000),
+    }
+}
 
 /// The refusal of a request for a dataset this node does not serve.
 pub(crate) fn not_owner(id: &str) -> EngineError {
@@ -314,20 +321,21 @@ impl Engine {
 
     /// Loads dataset `id` (newest snapshot + its log after it) under lease
     /// `epoch` and starts serving it. When the load replayed a long tail of the
-    /// log, a snapshot is written at once (`keep` kept), in the background: the
-    /// next takeover (another failure, a drain) would otherwise replay the same
-    /// records again, and more, until the snapshot policy's count is reached.
-    async fn adopt(&self, id: &str, epoch: u64, keep: usize) -> EngineResult<()> {
+    /// log ([`takeover_snapshot_after`] records), a snapshot is written at once,
+    /// in the background: the next takeover (another failure, a drain) would
+    /// otherwise replay the same records again, and more, until the snapshot
+    /// policy's count is reached.
+    async fn adopt(&self, id: &str, epoch: u64, snapshots: SnapshotPolicy) -> EngineResult<()> {
         let started = Instant::now();
         let ds = self.reload(id).await?;
         ds.epoch.store(epoch, Ordering::Release);
         let replayed = ds.snapshot_mark().records_since;
         self.datasets.insert(id.to_string(), ds);
-        if replayed >= SNAPSHOT_AFTER_TAKEOVER {
+        if replayed >= takeover_snapshot_after(&snapshots) {
             let engine = self.clone();
             let id = id.to_string();
             tokio::spawn(async move {
-                if let Err(e) = engine.snapshot(&id, keep).await {
+                if let Err(e) = engine.snapshot(&id, snapshots.keep).await {
                     tracing::warn!(dataset = id, error = %e, "snapshot after a takeover failed");
                 }
             });
@@ -364,5 +372,22 @@ impl Engine {
                 "releasing the lease failed: it moves when it expires"),
         }
         drop(guard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_takeover_snapshots_after_half_the_policy_count_at_most_a_thousand() {
+        let with = |every_records| SnapshotPolicy {
+            every_records,
+            ..SnapshotPolicy::default()
+        };
+        assert_eq!(takeover_snapshot_after(&with(200)), 100);
+        assert_eq!(takeover_snapshot_after(&with(10_000)), 1_000);
+        assert_eq!(takeover_snapshot_after(&with(0)), 1_000);
+        assert_eq!(takeover_snapshot_after(&with(1)), 1);
     }
 }
