@@ -179,7 +179,10 @@ fn a_takeover_that_replayed_a_long_tail_snapshots_at_once() {
         let r = post_retrying(&url, &admin, &step, bound);
         assert_eq!(r.status, 200, "{:?}", r.body);
     }
-    assert!(cluster.snapshot_seqs("d").is_empty(), "no snapshot is due yet");
+    assert!(
+        cluster.snapshot_seqs("d").is_empty(),
+        "no snapshot is due yet"
+    );
     cluster.nodes[owner_i].kill();
     cluster.wait_owner("d", Some(&owner), bound);
     let started = std::time::Instant::now();
