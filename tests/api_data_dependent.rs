@@ -414,3 +414,60 @@ fn every_refusal_is_a_clear_client_error() {
         200
     );
 }
+
+/// A compacted run cannot be analysed (its early steps are gone for good): the
+/// answer is a 409 that says so, not a retryable 503 that no retry can cure.
+#[test]
+fn a_compacted_run_is_refused_with_a_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let db = data.join("dpledger.sqlite");
+    let store_url = format!("sqlite:{}", db.display());
+    let flags = ["--snapshot-records", "4", "--snapshot-seconds", "1"];
+    let server = Server::start_flags(&data, Some(&store_url), &flags);
+    let admin = server.admin_token();
+    for (i, id) in ["r1", "r2"].iter().enumerate() {
+        run(&server, &admin, dir.path(), id, 200 + i as u64);
+    }
+    assert_eq!(
+        get(&analysis_url(&server, "r1,r2", ""), Some(&admin)).status,
+        200,
+        "before compaction"
+    );
+    // Wait for a snapshot of r1 covering its steps, then compact r1 only.
+    let mut compacted = false;
+    for _ in 0..200 {
+        let out = std::process::Command::new(binary())
+            .args([
+                "compact",
+                "--store",
+                &store_url,
+                "--dataset",
+                "r1",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if outcome[0]["compaction"]["records"].as_u64().unwrap_or(0) > 0 {
+            compacted = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(compacted, "no snapshot of r1 to compact to");
+    let r = get(&analysis_url(&server, "r1,r2", ""), Some(&admin));
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert_eq!(r.content_type, "application/problem+json");
+    let detail = r.body["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("r1") && detail.contains("compacted"),
+        "{detail}"
+    );
+}

@@ -271,7 +271,19 @@ impl Engine {
             .iter()
             .map(|v| (v.steps, v.config.examples as usize, v.grid))
             .collect();
-        let read = tokio::task::spawn_blocking(move || -> Result<Vec<RunLog>, StoreError> {
+        type Read = Result<Result<Vec<RunLog>, String>, StoreError>;
+        let read = tokio::task::spawn_blocking(move || -> Read {
+            // The analysis replays every step from the first: a compacted run's
+            // early records are gone for good (no retry brings them back).
+            let compacted: Vec<String> = store
+                .compactions()?
+                .into_iter()
+                .map(|c| c.dataset)
+                .filter(|d| runs.contains(d))
+                .collect();
+            if let Some(id) = compacted.into_iter().next() {
+                return Ok(Err(id));
+            }
             let mut logs = Vec::with_capacity(runs.len());
             for (id, limit) in runs.iter().zip(&limits) {
                 let mut log = RunLog::default();
@@ -283,13 +295,20 @@ impl Engine {
                 })?;
                 logs.push(log);
             }
-            Ok(logs)
+            Ok(Ok(logs))
         })
         .await
         .map_err(|_| EngineError::Internal("reading the log failed".into()))?;
-        read.map_err(|e| {
+        let read = read.map_err(|e| {
             tracing::error!(error = %e, "reading the log for a data-dependent analysis failed");
             EngineError::Unavailable("the store could not be read back: retry".into())
+        })?;
+        read.map_err(|id| {
+            EngineError::conflict(format!(
+                "run {id:?} was compacted (`dpledger compact`): its early steps and refreshes \
+                 are no longer in the log, and the analysis replays every step from the first; \
+                 analyse runs that were not compacted"
+            ))
         })
     }
 }
