@@ -36,8 +36,12 @@ pub mod extract;
 pub mod idempotency;
 pub mod permissions;
 pub mod problem;
+mod node_client;
 mod release_routes;
 pub mod routes;
+mod shard_create;
+mod shard_routes;
+pub mod shard_view;
 pub mod state;
 mod task;
 

@@ -36,6 +36,7 @@ use super::{
 
 mod archive;
 pub(crate) mod cluster;
+pub(crate) mod shards;
 mod schema;
 mod snapshots;
 mod writer;
