@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// filter retires examples during the trace.
 fn config(n: u64, q: f64) -> Value {
     let mut c = poisson_config(n, q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 1.5, "delta": 1e-5});
+    c["individual_budget"] = json!({"epsilon": 6.0, "delta": 1e-5});
     c
 }
 
@@ -244,7 +244,7 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     let via = |i: usize| cluster.nodes[i].url.clone();
     let create =
         |i: usize, body: Value| post(&format!("{}/v1/datasets", via(i)), Some(&admin), &body);
-    let c = config(10, 0.5);
+    let c = poisson_config(10, 0.5, 1.0);
     let refused = |body: Value, field: &str| {
         let r = create(0, body);
         assert_eq!(r.status, 400, "{:?}", r.body);
@@ -392,14 +392,14 @@ fn shards_need_cluster_mode() {
     let r = post(
         &format!("{}/v1/datasets", server.url),
         Some(&server.admin_token()),
-        &json!({"id": "s", "config": config(10, 0.5), "shards": 2}),
+        &json!({"id": "s", "config": poisson_config(10, 0.5, 1.0), "shards": 2}),
     );
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(r.body["field"], "shards");
     let r = post(
         &format!("{}/v1/datasets", server.url),
         Some(&server.admin_token()),
-        &json!({"id": "s~0", "config": config(10, 0.5)}),
+        &json!({"id": "s~0", "config": poisson_config(10, 0.5, 1.0)}),
     );
     assert_eq!(r.status, 400, "{:?}", r.body);
 }

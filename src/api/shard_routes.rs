@@ -254,7 +254,7 @@ async fn serve_inner(
                 // As an unsharded ledger answers it.
                 return Err(problem(
                     Problem::bad_request(format!(
-                        "{example} is out of range: the dataset has {} examples",
+                        "invalid id: {example} is out of range: the dataset has {} examples",
                         layout.examples
                     ))
                     .with_field("id"),
