@@ -215,8 +215,10 @@ async fn create_dataset(
         // before it reaches this handler (`shard_routes.rs`).
         return Err(Problem::bad_request(match state.engine.cluster() {
             None => "shards need cluster mode (dpledger serve --cluster)",
-            Some(_) => "a sharded creation is coordinated by the node that receives it: \
-                        send it without the forwarded mark",
+            Some(_) => {
+                "a sharded creation is coordinated by the node that receives it: \
+                        send it without the forwarded mark"
+            }
         })
         .with_field("shards"));
     }

@@ -112,12 +112,14 @@ impl Shards {
             .collect();
         let mut answers = Vec::with_capacity(tasks.len());
         for task in tasks {
-            answers.push(task.await.unwrap_or_else(|_| {
-                Err(
-                    Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "a shard request failed")
-                        .into_response(),
+            answers.push(match task.await {
+                Ok(answer) => answer,
+                Err(_) => Err(Problem::internal(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "a shard request failed",
                 )
-            }));
+                .into_response()),
+            });
         }
         let retryable = answers.iter().position(|a| match a {
             Err(_) => true,
@@ -135,13 +137,16 @@ impl Shards {
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(answer: &NodeAnswer) -> Result<T, Response> {
+/// A shard's JSON answer, or the refusal to give when it is malformed.
+fn parse<T: serde::de::DeserializeOwned>(answer: &NodeAnswer) -> Result<T, Box<Response>> {
     serde_json::from_slice(&answer.body).map_err(|e| {
-        Problem::internal(
-            StatusCode::BAD_GATEWAY,
-            format!("a shard's answer was malformed: {e}"),
+        Box::new(
+            Problem::internal(
+                StatusCode::BAD_GATEWAY,
+                format!("a shard's answer was malformed: {e}"),
+            )
+            .into_response(),
         )
-        .into_response()
     })
 }
 
@@ -223,7 +228,8 @@ async fn serve_inner(
             let outcomes = answers
                 .iter()
                 .map(parse::<StepOutcome>)
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| *e)?;
             let merged = split
                 .merge(&layout, &outcomes)
                 .map_err(|e| problem(e.into()))?;
@@ -274,7 +280,7 @@ async fn serve_inner(
                     None,
                 )])
                 .await?;
-            let mut value: Value = parse(&answer[0])?;
+            let mut value: Value = parse(&answer[0]).map_err(|e| *e)?;
             value["example"]["id"] = json!(example);
             Ok(json_response(StatusCode::OK, &value))
         }
@@ -294,7 +300,8 @@ async fn serve_inner(
             let mut bounds = answers
                 .iter()
                 .map(parse::<WorstCaseBounds>)
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| *e)?;
             bounds.sort_by_key(|b| b.steps);
             let worst = bounds.pop().ok_or_else(|| {
                 problem(Problem::internal(
@@ -359,7 +366,8 @@ pub(super) async fn view(shards: &Shards) -> Result<DatasetView, Response> {
     let views = answers
         .iter()
         .map(parse::<Value>)
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| *e)?;
     let field = |v: &Value, name: &str| v.get(name).cloned().unwrap_or(Value::Null);
     let mut statuses: Vec<LedgerStatus> = Vec::new();
     let mut worst: Option<WorstCaseBounds> = None;
@@ -467,7 +475,7 @@ async fn thresholds(shards: &Shards, range: ThresholdRange) -> Result<Thresholds
         retired: Vec::new(),
     };
     for ((s, _), answer) in pieces.iter().zip(&answers) {
-        let part: Thresholds = parse(answer)?;
+        let part: Thresholds = parse(answer).map_err(|e| *e)?;
         let offset = layout.ranges[*s].start;
         merged.next_step = merged.next_step.min(part.next_step);
         merged.thresholds.extend(part.thresholds);

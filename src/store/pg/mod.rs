@@ -36,8 +36,8 @@ use super::{
 
 mod archive;
 pub(crate) mod cluster;
-pub(crate) mod shards;
 mod schema;
+pub(crate) mod shards;
 mod snapshots;
 mod writer;
 
