@@ -270,9 +270,10 @@ class ShardView:
     dataset: str
     start: int
     end: int
-    owner: Optional[str]
     epoch: int
     steps: int
+    #: The node holding its live lease (``None``: it is moving).
+    owner: Optional[str] = None
 
 
 @dataclass
