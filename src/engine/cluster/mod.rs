@@ -29,6 +29,8 @@ pub use shards::{
 
 use super::error::{EngineError, EngineResult};
 use super::{Dataset, Engine};
+/// A sharded dataset's layout as recorded.
+pub use crate::store::cluster::LayoutRow;
 /// A dataset's lease as the cluster map shows it.
 pub use crate::store::cluster::LeaseRow;
 use crate::store::cluster::{ClusterDb, NodeMemory, NodeRow};
