@@ -11,6 +11,7 @@
 //! RS256), in which case it cannot mint tokens itself.
 
 use super::problem::Problem;
+use crate::engine::cluster::owning_dataset;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -95,6 +96,19 @@ impl Claims {
         if self.role == Role::Admin {
             return Ok(());
         }
+        // A shard of a sharded dataset (`{dataset}~{start}`, cluster mode) is
+        // its dataset: the same roles, its example `i` the dataset's `start + i`.
+        let shard = |d| owning_dataset(d).0;
+        let access = match access {
+            Access::Curate(d) => Access::Curate(shard(d)),
+            Access::Train(d) => Access::Train(shard(d)),
+            Access::View(d) => Access::View(shard(d)),
+            Access::Example(d, id) => {
+                let (d, start) = owning_dataset(d);
+                Access::Example(d, start.saturating_add(id))
+            }
+            other => other,
+        };
         let own = |d: &str| self.covers(d);
         let allowed = match access {
             Access::Admin => false,
@@ -133,7 +147,7 @@ impl Claims {
 
     /// Whether the token may see dataset `d` at all (for listings).
     pub fn sees_dataset(&self, d: &str) -> bool {
-        self.role == Role::Admin || self.covers(d)
+        self.role == Role::Admin || self.covers(owning_dataset(d).0)
     }
 
     /// Whether `d` is the token's dataset or one of its further datasets.
@@ -368,6 +382,21 @@ mod tests {
         .unwrap();
         let jwt = auth.mint(&claims).unwrap();
         auth.verify(&jwt).unwrap()
+    }
+
+    #[test]
+    fn a_shard_is_authorised_as_its_dataset_with_its_offset() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        let owner = token(&auth, Role::Owner, Some("d1"), Some(&[7]));
+        // Shard d1~5 holds examples 5.. of d1: its example 2 is d1's 7.
+        assert!(owner.authorize(Access::Example("d1~5", 2)).is_ok());
+        assert!(owner.authorize(Access::Example("d1~5", 7)).is_err());
+        assert!(owner.authorize(Access::Example("d1~0", 7)).is_ok());
+        assert!(owner.authorize(Access::Example("d2~0", 7)).is_err());
+        let trainer = token(&auth, Role::Trainer, Some("d1"), None);
+        assert!(trainer.authorize(Access::Train("d1~5")).is_ok());
+        assert!(trainer.authorize(Access::Train("d10~5")).is_err());
+        assert!(trainer.sees_dataset("d1~5") && !trainer.sees_dataset("d2~0"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use super::auth::Access;
 use super::extract::{ApiPath, Auth};
+use super::node_client::{client, FORWARDED};
 use super::problem::{ApiResult, OwnerRef, Problem};
 use super::state::AppState;
 use crate::engine::cluster::memory_free;
@@ -18,18 +19,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::Arc;
 use utoipa::ToSchema;
 
 type S = State<Arc<AppState>>;
-
-/// Marks a forwarded request: the receiving node answers it itself or
-/// refuses it, never forwards it again (no loops while leases move).
-const FORWARDED: &str = "x-dpledger-forwarded-by";
-/// Bound on a forwarded request, body and answer included.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One node of the cluster map.
 #[derive(Debug, Serialize, ToSchema)]
@@ -213,10 +206,20 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     let Some(node) = state.engine.cluster().cloned() else {
         return next.run(request).await;
     };
+    let mut request = request;
     if request.method() == axum::http::Method::POST
         && request.uri().path() == "/v1/datasets"
         && !request.headers().contains_key(FORWARDED)
     {
+        // A sharded creation is coordinated by the node that receives it.
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
+            return too_large();
+        };
+        if is_sharded_creation(&bytes) {
+            return super::shard_create::create(state.clone(), node, parts, bytes).await;
+        }
+        request = Request::from_parts(parts, Body::from(bytes));
         if let Some(target) = node.placement() {
             let target = OwnerRef {
                 node_id: target.node_id,
@@ -228,11 +231,18 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     let Some(id) = dataset_of(request.uri().path()).map(str::to_string) else {
         return next.run(request).await;
     };
+    if let Some(layout) = node.known_layout(&id) {
+        return super::shard_routes::serve(state.clone(), node, layout, request).await;
+    }
     if state.engine.serves(&id) {
         return next.run(request).await;
     }
     let lease = node.lease_of(&id).await;
     let Some(lease) = lease else {
+        // No lease: a sharded dataset (its shards have the leases), or none.
+        if let Ok(Some(layout)) = node.layout_of(&id).await {
+            return super::shard_routes::serve(state.clone(), node, layout, request).await;
+        }
         // No lease: no such dataset anywhere. The handler authorises first
         // (a caller without a role learns nothing), then its refusal becomes 404.
         let response = next.run(request).await;
@@ -285,6 +295,22 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     }
 }
 
+/// Whether a creation's body asks for shards (`"shards"` present and not null).
+fn is_sharded_creation(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|v| v.get("shards").is_some_and(|s| !s.is_null()))
+}
+
+fn too_large() -> Response {
+    Problem::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+        "the request body is too large (or could not be read)",
+    )
+    .into_response()
+}
+
 fn is_not_owner(response: &Response) -> bool {
     response.headers().get(header::RETRY_AFTER).is_some()
         && response
@@ -292,18 +318,6 @@ fn is_not_owner(response: &Response) -> bool {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with(super::problem::PROBLEM_JSON))
-}
-
-fn client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(FORWARD_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default()
-    })
 }
 
 /// Headers that belong to one connection, not to the request.
@@ -377,16 +391,8 @@ async fn place(state: &AppState, request: Request, target: OwnerRef, next: Next)
         .map(|n| n.config.node_id.clone())
         .unwrap_or_default();
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, state.limits.max_body_bytes).await {
-        Ok(b) => b,
-        Err(_) => {
-            return Problem::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "the request body is too large (or could not be read)",
-            )
-            .into_response()
-        }
+    let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
+        return too_large();
     };
     match send_to(&target, &me, &parts, reqwest::Body::from(bytes.clone())).await {
         Ok(response) => response,

@@ -45,6 +45,12 @@ pub struct CreateDataset {
     /// Release automatically every N steps.
     #[serde(default)]
     pub release_policy: Option<crate::release::ReleasePolicy>,
+    /// Cluster mode: split the dataset into this many contiguous ranges of
+    /// example ids (1–256, at most `examples`), each its own ledger and lease,
+    /// placed on different nodes where possible (Poisson sampling only; no
+    /// releases yet). Absent: one ledger.
+    #[serde(default)]
+    pub shards: Option<u32>,
 }
 
 /// A dataset's state, with the public worst case at its reporting delta.
@@ -60,6 +66,9 @@ pub struct DatasetView {
     pub status: LedgerStatus,
     /// The data-independent accountants (PLD and RDP) at the configured delta.
     pub worst_case: WorstCaseBounds,
+    /// A sharded dataset's shards, in id order (absent when unsharded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<super::shard_view::ShardView>>,
 }
 
 /// Dataset ids visible to the caller.
@@ -80,7 +89,7 @@ pub struct ThresholdRange {
 }
 
 /// Current clipping thresholds of a range of examples.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Thresholds {
     /// The first id.
     pub start: u64,
@@ -184,6 +193,7 @@ fn view_of(ds: &Dataset, ledger: &Ledger) -> ApiResult<DatasetView> {
         status: ledger.status(),
         config,
         worst_case,
+        shards: None,
     })
 }
 
@@ -200,6 +210,18 @@ async fn create_dataset(
     claims.authorize(Access::Admin)?;
     let key = idempotency.key(body.bytes())?;
     let body: CreateDataset = body.json()?;
+    if body.shards.is_some() {
+        // In cluster mode the receiving node coordinates a sharded creation
+        // before it reaches this handler (`shard_routes.rs`).
+        return Err(Problem::bad_request(match state.engine.cluster() {
+            None => "shards need cluster mode (dpledger serve --cluster)",
+            Some(_) => {
+                "a sharded creation is coordinated by the node that receives it: \
+                        send it without the forwarded mark"
+            }
+        })
+        .with_field("shards"));
+    }
     let setup = DatasetSetup {
         release_budget: body
             .release_budget

@@ -34,10 +34,14 @@ mod dataset_routes;
 mod errors;
 pub mod extract;
 pub mod idempotency;
+mod node_client;
 pub mod permissions;
 pub mod problem;
 mod release_routes;
 pub mod routes;
+mod shard_create;
+mod shard_routes;
+pub mod shard_view;
 pub mod state;
 mod task;
 

@@ -83,12 +83,18 @@ impl Engine {
         setup: DatasetSetup,
         key: Option<IdempotencyKey>,
     ) -> EngineResult<Arc<Dataset>> {
-        if !valid_dataset_id(id) {
-            return Err(EngineError::BadRequest {
-                detail: "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)"
-                    .to_string(),
-                field: Some("id"),
-            });
+        // A shard of a sharded dataset (cluster mode, `cluster/shards.rs`) is
+        // created by the node coordinating its dataset's creation.
+        match &self.cluster {
+            Some(node) if !valid_dataset_id(id) => node.check_shard_creation(id, &config).await?,
+            _ if !valid_dataset_id(id) => {
+                return Err(EngineError::BadRequest {
+                    detail: "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)"
+                        .to_string(),
+                    field: Some("id"),
+                })
+            }
+            _ => {}
         }
         let ledger = Ledger::new(config.clone())?;
         let settings = setup.records(id, &ledger)?;

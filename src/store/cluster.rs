@@ -18,6 +18,9 @@
 //! dpledger_leases(dataset TEXT PRIMARY KEY, owner TEXT NULL, epoch BIGINT,
 //!                 expires_at TIMESTAMPTZ)
 //! dpledger_events.epoch BIGINT NULL   -- the writer's epoch, checked by the trigger
+//! dpledger_shards(dataset TEXT PRIMARY KEY, examples BIGINT, shards INT, spec TEXT)
+//!                                     -- sharded datasets (issue 26): the layout
 //! ```
 
 pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};
+pub use super::pg::shards::{LayoutClaim, LayoutRow};

@@ -137,6 +137,28 @@ pub struct DatasetView {
     pub status: LedgerStatus,
     /// The data-independent accountants (PLD and RDP) at the configured delta.
     pub worst_case: WorstCaseBounds,
+    /// A sharded dataset's shards, in id order (`None`: unsharded; cluster
+    /// mode, issue 26).
+    #[serde(default)]
+    pub shards: Option<Vec<ShardView>>,
+}
+
+/// One shard of a sharded dataset: ids `start..end`, served by `owner` under
+/// its own lease.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ShardView {
+    /// The shard's internal dataset (`{dataset}~{start}`).
+    pub dataset: String,
+    /// First example id (inclusive).
+    pub start: u64,
+    /// End of the range (exclusive).
+    pub end: u64,
+    /// The node holding its live lease (`None`: it is moving).
+    pub owner: Option<String>,
+    /// The lease's epoch.
+    pub epoch: u64,
+    /// Steps the shard has applied.
+    pub steps: u64,
 }
 
 /// A step whose parts are still arriving.

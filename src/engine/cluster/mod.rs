@@ -12,14 +12,25 @@
 //! | `mod.rs` | [`ClusterNode`]: identity, lease validity, adopting and losing datasets, the cluster view |
 //! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
 //! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
+//! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
+//! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 
 mod leases;
 mod placement;
+mod shard_split;
+mod shards;
 
 pub use placement::{choose_node, Share};
+pub use shard_split::{merge_status, split_range, split_step, SplitStep};
+pub use shards::{
+    check_shard_request, owning_dataset, parse_shard_id, shard_id, shard_ranges, ShardLayout,
+    MAX_SHARDS, SHARD_SEPARATOR,
+};
 
 use super::error::{EngineError, EngineResult};
 use super::{Dataset, Engine, SnapshotPolicy};
+/// A sharded dataset's layout as recorded.
+pub use crate::store::cluster::LayoutRow;
 /// A dataset's lease as the cluster map shows it.
 pub use crate::store::cluster::LeaseRow;
 use crate::store::cluster::{ClusterDb, NodeMemory, NodeRow};
@@ -65,6 +76,8 @@ pub struct ClusterNode {
     nodes: Mutex<Vec<NodeRow>>,
     /// Signalled when a draining node holds no dataset any more.
     drained: tokio::sync::Notify,
+    /// Sharded datasets' layouts as read (they never change).
+    layouts: DashMap<String, Arc<ShardLayout>>,
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
@@ -124,6 +137,7 @@ impl ClusterNode {
             leases: Mutex::new((None, Vec::new())),
             nodes: Mutex::new(nodes),
             drained: tokio::sync::Notify::new(),
+            layouts: DashMap::new(),
         })
     }
 
@@ -282,7 +296,11 @@ impl Engine {
             .await
             .map_err(|_| EngineError::Internal("listing the datasets failed".into()))?
             .map_err(EngineError::store)?;
-        let mut ids: Vec<String> = starts.into_iter().map(|(id, _)| id).collect();
+        // A shard is listed as its sharded dataset.
+        let mut ids: Vec<String> = starts
+            .into_iter()
+            .map(|(id, _)| owning_dataset(&id).0.to_string())
+            .collect();
         ids.sort();
         ids.dedup();
         Ok(ids)

@@ -14,6 +14,11 @@ use crate::store::{redact_url, StoreError};
 /// SQLSTATE raised by the fencing trigger (class `DP`, not used by PostgreSQL).
 pub(crate) const FENCED_SQLSTATE: &str = "DPF01";
 
+/// Takes the transaction-scoped lock of a dataset name, so that a plain and a
+/// sharded creation of one name (`claim_new`, `pg/shards.rs`) serialise.
+pub(super) const NAME_LOCK_SQL: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('dpledger.name.' || $1, 0))";
+
 /// `pg_advisory_xact_lock` key serialising the cluster set-up across nodes.
 const CLUSTER_INIT_LOCK_KEY: i64 = 0x6470_6c63_6c75_7374;
 
@@ -33,6 +38,12 @@ const CLUSTER_SCHEMA_SQL: &str = "
         expires_at TIMESTAMPTZ NOT NULL
     );
     ALTER TABLE dpledger_events ADD COLUMN IF NOT EXISTS epoch BIGINT;
+    CREATE TABLE IF NOT EXISTS dpledger_shards (
+        dataset  TEXT PRIMARY KEY,
+        examples BIGINT NOT NULL,
+        shards   INT NOT NULL,
+        spec     TEXT NOT NULL
+    );
     CREATE OR REPLACE FUNCTION dpledger_fence() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         current_epoch BIGINT;
@@ -151,7 +162,7 @@ impl ClusterDb {
 
     /// Runs `f` on the connection, connecting first when there is none; a
     /// broken connection is dropped so that the next call reconnects.
-    async fn with_client<T>(
+    pub(super) async fn with_client<T>(
         &self,
         context: &str,
         f: impl for<'c> FnOnce(
@@ -328,7 +339,21 @@ impl ClusterDb {
         let ttl = ms(ttl);
         self.with_client("cannot claim a lease", move |c| {
             Box::pin(async move {
-                let row = c
+                let tx = c.transaction().await?;
+                // A sharded dataset's name is taken in `dpledger_shards` under
+                // the same lock (`pg/shards.rs`): one of two racing creations
+                // of a name, sharded or not, sees the other.
+                tx.execute(NAME_LOCK_SQL, &[&dataset]).await?;
+                let sharded = tx
+                    .query_opt(
+                        "SELECT 1 FROM dpledger_shards WHERE dataset = $1",
+                        &[&dataset],
+                    )
+                    .await?;
+                if sharded.is_some() {
+                    return Ok(None);
+                }
+                let row = tx
                     .query_opt(
                         "INSERT INTO dpledger_leases (dataset, owner, epoch, expires_at) \
                          VALUES ($1, $2, 1, now() + $3::float8 * interval '1 millisecond') \
@@ -338,8 +363,11 @@ impl ClusterDb {
                         &[&dataset, &node, &ttl],
                     )
                     .await?;
-                row.map(|r| r.try_get::<_, i64>(0).map(|e| e as u64))
-                    .transpose()
+                let epoch = row
+                    .map(|r| r.try_get::<_, i64>(0).map(|e| e as u64))
+                    .transpose()?;
+                tx.commit().await?;
+                Ok(epoch)
             })
         })
         .await

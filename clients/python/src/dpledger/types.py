@@ -33,6 +33,7 @@ __all__ = [
     "PldWorstCase",
     "Bound",
     "DatasetView",
+    "ShardView",
     "DatasetList",
     "Part",
     "StepReport",
@@ -172,6 +173,9 @@ class CreateDataset:
     labels: Optional[List[Optional[str]]] = None
     #: Release automatically every N steps.
     release_policy: Optional["ReleasePolicy"] = None
+    #: Cluster mode: split into this many contiguous id ranges, each its own
+    #: ledger and lease (issue 26).
+    shards: Optional[int] = None
 
 
 @dataclass
@@ -253,6 +257,23 @@ class DatasetView:
     config: DatasetConfig
     status: LedgerStatus
     worst_case: WorstCaseBounds
+    #: A sharded dataset's shards, in id order (``None``: unsharded).
+    shards: Optional[List["ShardView"]] = None
+
+
+@dataclass
+class ShardView:
+    """One shard of a sharded dataset: ids ``start`` to ``end - 1``, served by
+    ``owner`` under its own lease (issue 26)."""
+
+    __schema__: ClassVar[str] = "ShardView"
+    dataset: str
+    start: int
+    end: int
+    epoch: int
+    steps: int
+    #: The node holding its live lease (``None``: it is moving).
+    owner: Optional[str] = None
 
 
 @dataclass

@@ -1,0 +1,169 @@
+//! A sharded creation (`POST /v1/datasets` with `"shards"`, issue 26,
+//! `docs/cluster.md` "Sharded datasets"), coordinated by the node that
+//! receives it: authorise (admin), validate everything, record the layout
+//! (the name's claim), then create each shard on the node
+//! `ClusterNode::spread` gives it, in parallel. A retried creation with the
+//! same content completes what is missing.
+
+use super::auth::Access;
+use super::dataset_routes::CreateDataset;
+use super::extract::{Auth, RawBody};
+use super::idempotency::IdempotencyHeader;
+use super::node_client::call;
+use super::problem::{ApiResult, Problem};
+use super::shard_routes::{json_response, view, Shards};
+use super::state::AppState;
+use crate::engine::cluster::{check_shard_request, shard_id, ClusterNode, LayoutRow, ShardLayout};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{header, request::Parts, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Coordinates a sharded creation (`POST /v1/datasets` with `"shards"`)
+/// received by this node; see the module documentation.
+pub async fn create(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    parts: Parts,
+    body: axum::body::Bytes,
+) -> Response {
+    match create_inner(state, node, parts, body).await {
+        Ok(response) => response,
+        Err(problem) => problem.into_response(),
+    }
+}
+
+async fn create_inner(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    mut parts: Parts,
+    bytes: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let Auth(claims) = Auth::from_request_parts(&mut parts, &state).await?;
+    claims.authorize(Access::Admin)?;
+    IdempotencyHeader::from_request_parts(&mut parts, &state)
+        .await?
+        .key(b"")?;
+    let authorization = parts.headers.get(header::AUTHORIZATION).cloned();
+    let raw = RawBody::from_request(
+        Request::from_parts(parts, axum::body::Body::from(bytes)),
+        &state,
+    )
+    .await?;
+    let body: CreateDataset = raw.json()?;
+    let k = body.shards.unwrap_or(1);
+    if body.release_budget.is_some() || body.release_policy.is_some() {
+        let field = if body.release_budget.is_some() {
+            "release_budget"
+        } else {
+            "release_policy"
+        };
+        return Err(Problem::bad_request(
+            "releases of sharded datasets are not supported yet (they need statistics merged \
+             across shards): create it without a release budget or policy",
+        )
+        .with_field(field));
+    }
+    if !crate::engine::valid_dataset_id(&body.id) {
+        return Err(Problem::bad_request(
+            "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)",
+        )
+        .with_field("id"));
+    }
+    body.config.validate()?;
+    check_shard_request(&body.config, k)?;
+    let n = body.config.examples;
+    if body.labels.as_ref().is_some_and(|l| l.len() as u64 > n) {
+        return Err(
+            Problem::bad_request(format!("labels has more entries than the {n} examples"))
+                .with_field("labels"),
+        );
+    }
+    let spec = serde_json::to_string(&json!({"config": body.config, "labels": body.labels}))
+        .map_err(|e| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let row = LayoutRow {
+        dataset: body.id.clone(),
+        examples: n,
+        shards: k,
+        spec,
+    };
+    if !node.claim_layout(&row).await? {
+        return Err(Problem::conflict(format!(
+            "dataset {:?} already exists",
+            body.id
+        )));
+    }
+    let layout = Arc::new(ShardLayout::of(&row));
+    let targets = node.spread(layout.ranges.len());
+    let mut tasks = Vec::new();
+    for (s, range) in layout.ranges.iter().enumerate() {
+        let mut config = body.config.clone();
+        config.examples = range.end - range.start;
+        // Its slice of the labels (none when the labels end before it).
+        let labels = body.labels.as_ref().and_then(|l| {
+            let len = l.len() as u64;
+            let slice = &l[range.start.min(len) as usize..range.end.min(len) as usize];
+            (!slice.is_empty()).then(|| slice.to_vec())
+        });
+        let shard_body = json!({"id": shard_id(&layout.dataset, range.start), "config": config, "labels": labels});
+        let target = targets
+            .get(s)
+            .map_or(node.config.advertise.clone(), |t| t.advertise.clone());
+        let (me, own) = (node.config.node_id.clone(), node.config.advertise.clone());
+        let auth = authorization.clone();
+        tasks.push(tokio::spawn(async move {
+            let bytes = shard_body.to_string().into_bytes();
+            let send = |base: String, bytes: Vec<u8>| {
+                let (me, auth) = (me.clone(), auth.clone());
+                async move {
+                    call(
+                        &base,
+                        &me,
+                        Method::POST,
+                        "/v1/datasets",
+                        auth.as_ref(),
+                        Some(("application/json", bytes)),
+                    )
+                    .await
+                }
+            };
+            match send(target.clone(), bytes.clone()).await {
+                // Never connected: nothing was sent; create it here instead.
+                Err(e) if e.is_connect() && target != own => send(own, bytes).await,
+                other => other,
+            }
+        }));
+    }
+    for (s, task) in tasks.into_iter().enumerate() {
+        let answer = task.await.map_err(|_| {
+            Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, "a shard creation failed")
+        })?;
+        match answer {
+            // 409: it exists already (a retried creation).
+            Ok(a) if a.ok() || a.status == StatusCode::CONFLICT => {}
+            Ok(a) => return Ok(a.into_response()),
+            Err(_) => {
+                return Err(Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "outcome-unknown",
+                    format!(
+                        "shard {} of {:?} may or may not have been created: retry the same \
+                         creation, which completes what is missing",
+                        s, layout.dataset
+                    ),
+                ))
+            }
+        }
+    }
+    let shards = Shards {
+        state,
+        node,
+        layout,
+        authorization,
+    };
+    Ok(match view(&shards).await {
+        Ok(view) => json_response(StatusCode::CREATED, &view),
+        Err(response) => response,
+    })
+}

@@ -1,0 +1,257 @@
+//! A sharded dataset's requests split by id range into its shards' requests,
+//! and the shards' answers merged back (issue 26). Pure functions: the HTTP
+//! layer sends the parts; nothing here talks to anyone.
+//!
+//! A step of the dataset is the same step of every shard: shard `s` gets the
+//! ids of its range (as its own ids, `id - start`, in the report's order)
+//! with their norms, the step's number, hyperparameters and part, and an
+//! empty batch when none of the ids is its own. Splitting is deterministic,
+//! so a retried report splits into identical parts, which the shards' ledgers
+//! recognise as retries (exactly once per part).
+
+use super::shards::ShardLayout;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::ledger::{LedgerStatus, StepOutcome, StepReport};
+use std::ops::Range;
+
+/// A step report split into one report per shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitStep {
+    /// Shard `s`'s report (possibly with an empty batch).
+    pub parts: Vec<StepReport>,
+    /// For each shard, the positions in the original report of its ids.
+    positions: Vec<Vec<usize>>,
+    /// The original report's part and batch size.
+    part: Option<crate::ledger::Part>,
+    batch: usize,
+}
+
+fn bad(field: &'static str, detail: String) -> EngineError {
+    EngineError::BadRequest {
+        detail,
+        field: Some(field),
+    }
+}
+
+/// Splits `report` by the layout's ranges; refuses what cannot be split (ids
+/// and norms of different lengths, an id outside the dataset). Everything
+/// else is each shard's ledger's to judge.
+pub fn split_step(layout: &ShardLayout, report: &StepReport) -> EngineResult<SplitStep> {
+    if report.ids.len() != report.norms.len() {
+        return Err(bad(
+            "norms",
+            format!(
+                "has {} entries but ids has {}",
+                report.norms.len(),
+                report.ids.len()
+            ),
+        ));
+    }
+    let k = layout.ranges.len();
+    let mut parts: Vec<StepReport> = (0..k)
+        .map(|_| StepReport {
+            ids: Vec::new(),
+            norms: Vec::new(),
+            ..report_header(report)
+        })
+        .collect();
+    let mut positions = vec![Vec::new(); k];
+    for (j, (&id, &norm)) in report.ids.iter().zip(&report.norms).enumerate() {
+        let Some(s) = layout.shard_of(id) else {
+            return Err(bad(
+                "ids",
+                format!(
+                    "example id {id} is out of range (the dataset has {} examples)",
+                    layout.examples
+                ),
+            ));
+        };
+        parts[s].ids.push(id - layout.ranges[s].start);
+        parts[s].norms.push(norm);
+        positions[s].push(j);
+    }
+    Ok(SplitStep {
+        parts,
+        positions,
+        part: report.part,
+        batch: report.ids.len(),
+    })
+}
+
+/// The header of a step report (everything but its batch).
+fn report_header(report: &StepReport) -> StepReport {
+    StepReport {
+        step: report.step,
+        ids: Vec::new(),
+        norms: Vec::new(),
+        noise_multiplier: report.noise_multiplier,
+        sampling_rate: report.sampling_rate,
+        part: report.part,
+    }
+}
+
+impl SplitStep {
+    /// The dataset's answer from its shards' answers (in shard order): each
+    /// id's threshold from its shard, in the report's order; the retirements
+    /// of every shard as the dataset's ids (sorted, as the ranges are);
+    /// complete when every shard applied the step; a duplicate only when
+    /// every shard's part was one (nothing changed anywhere).
+    pub fn merge(
+        &self,
+        layout: &ShardLayout,
+        answers: &[StepOutcome],
+    ) -> EngineResult<StepOutcome> {
+        if answers.len() != self.parts.len() {
+            return Err(EngineError::Internal(format!(
+                "{} shard answers for {} shards",
+                answers.len(),
+                self.parts.len()
+            )));
+        }
+        let mut thresholds = vec![0.0; self.batch];
+        let mut retired = Vec::new();
+        for (s, answer) in answers.iter().enumerate() {
+            if answer.thresholds.len() != self.positions[s].len()
+                || answer.step != self.parts[s].step
+            {
+                return Err(EngineError::Internal(format!(
+                    "shard {s} answered step {} with {} thresholds for {} ids",
+                    answer.step,
+                    answer.thresholds.len(),
+                    self.positions[s].len()
+                )));
+            }
+            for (&j, &t) in self.positions[s].iter().zip(&answer.thresholds) {
+                thresholds[j] = t;
+            }
+            let start = layout.ranges[s].start;
+            retired.extend(answer.retired.iter().map(|&r| r + start));
+        }
+        Ok(StepOutcome {
+            step: self.parts.first().map_or(0, |p| p.step),
+            duplicate: answers.iter().all(|a| a.duplicate),
+            part: self.part,
+            complete: answers.iter().all(|a| a.complete),
+            thresholds,
+            retired,
+        })
+    }
+}
+
+/// The parts of ids `start..end` of the dataset held by each shard that has
+/// any: `(shard, its own ids)`.
+pub fn split_range(layout: &ShardLayout, range: Range<u64>) -> Vec<(usize, Range<u64>)> {
+    layout
+        .ranges
+        .iter()
+        .enumerate()
+        .filter_map(|(s, r)| {
+            let (lo, hi) = (range.start.max(r.start), range.end.min(r.end));
+            (lo < hi).then(|| (s, lo - r.start..hi - r.start))
+        })
+        .collect()
+}
+
+/// The dataset's ledger summary from its shards' (in shard order): counts
+/// and memory summed; `steps` the fewest any shard applied (a step counts
+/// once every shard has it); a pending part-step if any shard has one.
+pub fn merge_status(shards: &[LedgerStatus]) -> Option<LedgerStatus> {
+    let first = shards.first()?.clone();
+    Some(LedgerStatus {
+        examples: shards.iter().map(|s| s.examples).sum(),
+        steps: shards.iter().map(|s| s.steps).min().unwrap_or(0),
+        pending: shards.iter().find_map(|s| s.pending.clone()),
+        guarantee: shards.iter().all(|s| s.guarantee),
+        retired: shards.iter().map(|s| s.retired).sum(),
+        over_budget: shards.iter().map(|s| s.over_budget).sum(),
+        releases: shards.iter().map(|s| s.releases).min().unwrap_or(0),
+        segments: shards.iter().map(|s| s.segments).max().unwrap_or(0),
+        memory_bytes: shards.iter().map(|s| s.memory_bytes).sum(),
+        ..first
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::cluster::shard_ranges;
+
+    fn layout(n: u64, k: u32) -> ShardLayout {
+        ShardLayout {
+            dataset: "d".into(),
+            examples: n,
+            ranges: shard_ranges(n, k),
+            spec: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn a_step_splits_into_every_shard_in_order_and_merges_back() {
+        let l = layout(10, 3); // 0..3, 3..6, 6..10
+        let report = StepReport {
+            sampling_rate: Some(0.25),
+            ..StepReport::new(4, vec![9, 0, 4, 7], vec![0.5, 1.0, 2.0, 3.0])
+        };
+        let split = split_step(&l, &report).unwrap();
+        assert_eq!(split.parts.len(), 3);
+        assert_eq!(split.parts[0].ids, vec![0]);
+        assert_eq!(split.parts[1].ids, vec![1]);
+        assert_eq!(split.parts[2].ids, vec![3, 1]);
+        assert_eq!(split.parts[2].norms, vec![0.5, 3.0]);
+        assert!(split
+            .parts
+            .iter()
+            .all(|p| p.step == 4 && p.sampling_rate == Some(0.25)));
+        // Deterministic: a retry splits into the same parts (same content hash).
+        assert_eq!(split_step(&l, &report).unwrap(), split);
+        let answer = |th: Vec<f64>, retired: Vec<u64>, duplicate| StepOutcome {
+            step: 4,
+            duplicate,
+            part: None,
+            complete: true,
+            thresholds: th,
+            retired,
+        };
+        let merged = split
+            .merge(
+                &l,
+                &[
+                    answer(vec![1.0], vec![], true),
+                    answer(vec![2.0], vec![1], false),
+                    answer(vec![9.0, 7.0], vec![0, 3], true),
+                ],
+            )
+            .unwrap();
+        assert_eq!(merged.thresholds, vec![9.0, 1.0, 2.0, 7.0]);
+        assert_eq!(merged.retired, vec![4, 6, 9]);
+        assert!(!merged.duplicate && merged.complete);
+        // An empty batch is an empty part for every shard.
+        let empty = split_step(&l, &StepReport::new(5, vec![], vec![])).unwrap();
+        assert!(empty.parts.iter().all(|p| p.ids.is_empty() && p.step == 5));
+    }
+
+    #[test]
+    fn what_cannot_be_split_is_refused() {
+        let l = layout(10, 2);
+        assert!(split_step(&l, &StepReport::new(0, vec![10], vec![1.0])).is_err());
+        assert!(split_step(&l, &StepReport::new(0, vec![1], vec![])).is_err());
+        let split = split_step(&l, &StepReport::new(0, vec![1], vec![1.0])).unwrap();
+        let wrong = StepOutcome {
+            step: 0,
+            duplicate: false,
+            part: None,
+            complete: true,
+            thresholds: vec![],
+            retired: vec![],
+        };
+        assert!(split.merge(&l, &[wrong.clone(), wrong]).is_err());
+    }
+
+    #[test]
+    fn ranges_split_across_shards() {
+        let l = layout(10, 3);
+        assert_eq!(split_range(&l, 2..8), vec![(0, 2..3), (1, 0..3), (2, 0..2)]);
+        assert_eq!(split_range(&l, 4..5), vec![(1, 1..2)]);
+        assert!(split_range(&l, 5..5).is_empty());
+    }
+}

@@ -1,0 +1,267 @@
+//! Sharded datasets (issue 26, `docs/cluster.md` "Sharded datasets"): a
+//! dataset created with `"shards": k` is `k` contiguous ranges of example ids,
+//! each an ordinary dataset of the cluster (its own ledger, lease, epoch and
+//! log) named `{dataset}~{start}`, whose example `i` is the dataset's example
+//! `start + i`. The layout (examples, shards, the creation's specification)
+//! is one row of `dpledger_shards`, written before any shard and never
+//! changed, so every node can cache it for good.
+//!
+//! Shard names cannot collide with user datasets (`~` is not allowed in a
+//! dataset id), and they carry their offset, so that authorisation can map a
+//! shard's example to the dataset's without reading anything
+//! ([`parse_shard_id`]).
+
+use super::ClusterNode;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::valid_dataset_id;
+use crate::ledger::DatasetConfig;
+use crate::store::cluster::{LayoutClaim, LayoutRow, NodeRow};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Separates a sharded dataset's name from a shard's first example id.
+pub const SHARD_SEPARATOR: char = '~';
+
+/// Most shards of one dataset: each is a lease, a ledger and a request per
+/// step, so thousands would cost more than they spread.
+pub const MAX_SHARDS: u32 = 256;
+
+/// The name of the shard of `dataset` whose ids start at `start`.
+pub fn shard_id(dataset: &str, start: u64) -> String {
+    format!("{dataset}{SHARD_SEPARATOR}{start}")
+}
+
+/// `(dataset, start)` when `id` names a shard (`{dataset}~{start}`, the
+/// dataset a valid id and `start` a canonical decimal); `None` otherwise.
+pub fn parse_shard_id(id: &str) -> Option<(&str, u64)> {
+    let (dataset, start) = id.split_once(SHARD_SEPARATOR)?;
+    let value: u64 = start.parse().ok()?;
+    (valid_dataset_id(dataset) && value.to_string() == start).then_some((dataset, value))
+}
+
+/// The dataset a request names once shards are mapped to their dataset, and
+/// the offset of its example ids (`(id, 0)` for an unsharded dataset).
+pub fn owning_dataset(id: &str) -> (&str, u64) {
+    parse_shard_id(id).unwrap_or((id, 0))
+}
+
+/// `shards` contiguous ranges covering `0..examples`, as equal as integers
+/// allow (shard `i` starts at `floor(i * examples / shards)`).
+pub fn shard_ranges(examples: u64, shards: u32) -> Vec<Range<u64>> {
+    let k = u128::from(shards.max(1));
+    let start = |i: u128| (i * u128::from(examples) / k) as u64;
+    (0..k).map(|i| start(i)..start(i + 1)).collect()
+}
+
+/// What a sharded creation asks for, beyond the configuration: checked before
+/// anything is recorded.
+pub fn check_shard_request(config: &DatasetConfig, shards: u32) -> EngineResult<()> {
+    let bad = |detail: String| EngineError::BadRequest {
+        detail,
+        field: Some("shards"),
+    };
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        return Err(bad(format!(
+            "must be between 1 and {MAX_SHARDS}, got {shards}"
+        )));
+    }
+    if u64::from(shards) > config.examples {
+        return Err(bad(format!(
+            "{shards} shards need at least as many examples, got {}",
+            config.examples
+        )));
+    }
+    if matches!(config.sampling, crate::ledger::Sampling::Shuffle { .. }) {
+        // A shard's epochs would count its own examples, not the dataset's.
+        return Err(bad(
+            "shuffled sampling cannot be sharded yet (its epochs span the whole dataset): \
+             use Poisson sampling, or no shards"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A sharded dataset's layout: see the module documentation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardLayout {
+    /// The dataset.
+    pub dataset: String,
+    /// Its number of examples.
+    pub examples: u64,
+    /// The id range of each shard, in order.
+    pub ranges: Vec<Range<u64>>,
+    /// The creation's canonical specification (`{"config", "labels"}`).
+    pub spec: String,
+}
+
+impl ShardLayout {
+    /// The layout a recorded row describes.
+    pub fn of(row: &LayoutRow) -> ShardLayout {
+        ShardLayout {
+            dataset: row.dataset.clone(),
+            examples: row.examples,
+            ranges: shard_ranges(row.examples, row.shards),
+            spec: row.spec.clone(),
+        }
+    }
+
+    /// The shard holding example `id` (`None`: out of range).
+    pub fn shard_of(&self, id: u64) -> Option<usize> {
+        if id >= self.examples {
+            return None;
+        }
+        Some(self.ranges.partition_point(|r| r.end <= id))
+    }
+
+    /// The name of shard `i`.
+    pub fn shard_dataset(&self, i: usize) -> String {
+        shard_id(&self.dataset, self.ranges[i].start)
+    }
+
+    /// The dataset's configuration (the shards' but for `examples`).
+    pub fn config(&self) -> EngineResult<DatasetConfig> {
+        let spec: serde_json::Value = serde_json::from_str(&self.spec)
+            .map_err(|e| EngineError::Internal(format!("a shard layout is unreadable: {e}")))?;
+        serde_json::from_value(spec["config"].clone())
+            .map_err(|e| EngineError::Internal(format!("a shard layout is unreadable: {e}")))
+    }
+}
+
+impl ClusterNode {
+    /// The layout of `dataset` when it is sharded (cached for good once read:
+    /// layouts never change).
+    pub async fn layout_of(&self, dataset: &str) -> EngineResult<Option<Arc<ShardLayout>>> {
+        if let Some(found) = self.layouts.get(dataset) {
+            return Ok(Some(found.clone()));
+        }
+        let row = self.db.layout(dataset).await.map_err(EngineError::store)?;
+        Ok(row.map(|row| {
+            let layout = Arc::new(ShardLayout::of(&row));
+            self.layouts.insert(dataset.to_string(), layout.clone());
+            layout
+        }))
+    }
+
+    /// The layout of `dataset` if this node has read it (no database round
+    /// trip: routing checks it on every request).
+    pub fn known_layout(&self, dataset: &str) -> Option<Arc<ShardLayout>> {
+        self.layouts.get(dataset).map(|l| l.clone())
+    }
+
+    /// Records a sharded dataset's layout before its shards are created:
+    /// `false` when the name is taken (by an unsharded dataset, or by a
+    /// different layout; the same layout again is a retry and succeeds).
+    pub async fn claim_layout(&self, row: &LayoutRow) -> EngineResult<bool> {
+        if self.is_draining() || !self.leases_valid() {
+            return Err(super::not_owner(&row.dataset));
+        }
+        let claim = self
+            .db
+            .claim_layout(row)
+            .await
+            .map_err(EngineError::store)?;
+        Ok(claim == LayoutClaim::Recorded)
+    }
+
+    /// The nodes `shards` shards go to: the active nodes by most free memory
+    /// (ties: smallest id), in turn, so that shards land on different nodes
+    /// where there are enough. Empty when no heartbeat was read yet.
+    pub fn spread(&self, shards: usize) -> Vec<NodeRow> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut order = Vec::new();
+        while let Some(next) = super::choose_node(&nodes, self.config.lease_ttl).cloned() {
+            nodes.retain(|n| n.node_id != next.node_id);
+            order.push(next);
+        }
+        if order.is_empty() {
+            return order;
+        }
+        (0..shards)
+            .map(|i| order[i % order.len()].clone())
+            .collect()
+    }
+
+    /// Checks the creation of shard `id` of a sharded dataset: its layout is
+    /// recorded, `id` starts one of its ranges, and `config` is the layout's
+    /// configuration with that range's number of examples.
+    pub(crate) async fn check_shard_creation(
+        &self,
+        id: &str,
+        config: &DatasetConfig,
+    ) -> EngineResult<()> {
+        let bad = |detail: String| EngineError::BadRequest {
+            detail,
+            field: Some("id"),
+        };
+        let Some((dataset, start)) = parse_shard_id(id) else {
+            return Err(bad(
+                "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)".into(),
+            ));
+        };
+        let Some(layout) = self.layout_of(dataset).await? else {
+            return Err(bad(format!("{dataset:?} is not a sharded dataset")));
+        };
+        let Some(range) = layout.ranges.iter().find(|r| r.start == start) else {
+            return Err(bad(format!("no shard of {dataset:?} starts at {start}")));
+        };
+        let mut expected = layout.config()?;
+        expected.examples = range.end - range.start;
+        if *config != expected {
+            return Err(EngineError::conflict(format!(
+                "shard {id:?} must have the configuration of {dataset:?} with {} examples",
+                expected.examples
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_every_id_once_and_locate_it() {
+        for (n, k) in [
+            (10u64, 4u32),
+            (7, 7),
+            (1_000_003, 4),
+            (5, 1),
+            (u32::MAX as u64, 256),
+        ] {
+            let ranges = shard_ranges(n, k);
+            assert_eq!(ranges.len(), k as usize);
+            assert_eq!(ranges[0].start, 0);
+            assert_eq!(ranges.last().unwrap().end, n);
+            for w in ranges.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+                assert!(w[0].end > w[0].start, "{n} {k}: empty shard");
+            }
+            let layout = ShardLayout {
+                dataset: "d".into(),
+                examples: n,
+                ranges: ranges.clone(),
+                spec: "{}".into(),
+            };
+            for (i, r) in ranges.iter().enumerate() {
+                assert_eq!(layout.shard_of(r.start), Some(i));
+                assert_eq!(layout.shard_of(r.end - 1), Some(i));
+            }
+            assert_eq!(layout.shard_of(n), None);
+        }
+    }
+
+    #[test]
+    fn shard_names_parse_back_and_nothing_else_does() {
+        assert_eq!(
+            parse_shard_id(&shard_id("run.1", 250)),
+            Some(("run.1", 250))
+        );
+        assert_eq!(owning_dataset("d~7"), ("d", 7));
+        assert_eq!(owning_dataset("d"), ("d", 0));
+        for bad in ["d", "d~", "d~07", "d~-1", "d~1~2", "~3", "d~x", "../x~1"] {
+            assert_eq!(parse_shard_id(bad), None, "{bad}");
+        }
+    }
+}
