@@ -130,10 +130,15 @@ fn rms_loss_scale(events: &[PldEvent]) -> f64 {
     }
 }
 
-/// The estimate of the composition of `events` at `delta`: a pessimistic
-/// discretisation on the grid the target asks for (module docs), answered from
-/// `cache` when the same events and delta were asked before.
-pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) -> Result<Answer> {
+/// A query after validation: the events that release something, its delta and
+/// the key of its answer (`None` when nothing is released: epsilon 0).
+struct Query {
+    live: Vec<PldEvent>,
+    delta: f64,
+    key: Box<[u64]>,
+}
+
+fn prepare(events: &[PldEvent], delta: f64) -> Result<Option<Query>> {
     let delta = validate::delta("delta", delta)?;
     let mut live = Vec::with_capacity(events.len());
     for e in events {
@@ -143,12 +148,39 @@ pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) 
         }
     }
     if live.is_empty() {
-        return Ok(Answer {
-            epsilon: 0.0,
-            value_discretization: DEFAULT_VALUE_DISCRETIZATION,
-        });
+        return Ok(None);
     }
     let key = answer_key(&live, delta);
+    Ok(Some(Query { live, delta, key }))
+}
+
+const NOTHING_RELEASED: Answer = Answer {
+    epsilon: 0.0,
+    value_discretization: DEFAULT_VALUE_DISCRETIZATION,
+};
+
+/// The answer [`estimate_epsilon`] would give when it needs no composition
+/// (nothing released, or the same events and delta answered before and still
+/// cached), else `None`. Microseconds: callers answer from it before they queue
+/// for a composition slot.
+pub fn cached_estimate(
+    cache: &EstimateCache,
+    events: &[PldEvent],
+    delta: f64,
+) -> Result<Option<Answer>> {
+    Ok(match prepare(events, delta)? {
+        None => Some(NOTHING_RELEASED),
+        Some(q) => cache.peek_answer(&q.key),
+    })
+}
+
+/// The estimate of the composition of `events` at `delta`: a pessimistic
+/// discretisation on the grid the target asks for (module docs), answered from
+/// `cache` when the same events and delta were asked before.
+pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) -> Result<Answer> {
+    let Some(Query { live, delta, key }) = prepare(events, delta)? else {
+        return Ok(NOTHING_RELEASED);
+    };
     if let Some(a) = cache.answer(&key) {
         return Ok(a);
     }
@@ -320,8 +352,15 @@ mod tests {
             "{a:?} vs {direct}"
         );
         let misses = cache.stats().misses;
+        assert_eq!(cached_estimate(&cache, &ev, 1e-5).unwrap(), Some(a));
+        assert_eq!(cached_estimate(&cache, &ev, 2e-5).unwrap(), None);
+        assert_eq!(
+            cached_estimate(&cache, &ev[..0], 1e-5).unwrap(),
+            Some(NOTHING_RELEASED)
+        );
         assert_eq!(estimate_epsilon(&cache, &ev, 1e-5).unwrap(), a);
         assert_eq!(cache.stats().misses, misses, "the second ask is one hit");
         assert!(estimate_epsilon(&cache, &ev, 0.0).is_err());
+        assert!(cached_estimate(&cache, &ev, 0.0).is_err());
     }
 }

@@ -35,7 +35,7 @@ impl Spectrum {
         fft.process(&mut buf, &mut out)
             .expect("buffer sizes come from the plan");
         Spectrum {
-            log_modulus: out.iter().map(|z| z.norm().ln()).collect(),
+            log_modulus: out.iter().map(|z| log_modulus(*z)).collect(),
             phase: out.iter().map(|z| z.arg()).collect(),
             ln_finite: (-pld.infinity_mass).ln_1p(),
         }
@@ -47,8 +47,27 @@ impl Spectrum {
     }
 }
 
-/// Compose `count` copies of each spectrum (all of one size) into a PLD on
-/// `window`; the window's `mass_above` bound joins the mass at infinity.
+/// `ln |z|`, from `|z|^2` where that does not underflow (one `ln`, no `hypot`).
+fn log_modulus(z: Complex<f64>) -> f64 {
+    let n2 = z.norm_sqr();
+    if n2 > 1e-300 {
+        0.5 * n2.ln()
+    } else {
+        z.norm().ln()
+    }
+}
+
+/// Below this composed `ln |X|`, `exp` underflows to exactly 0 (the smallest
+/// subnormal is `e^-744.4`): such frequencies are set to 0 without `exp` and
+/// `sincos`, which is what `from_polar` would give (bit for bit, up to the sign
+/// of a zero). Composed spectra decay fast (each level's modulus is at most 1
+/// and is raised to its count), so most frequencies of a long history are.
+const UNDERFLOW_LOG_MODULUS: f64 = -746.0;
+
+/// Compose `count` copies of each spectrum into a PLD on `window`; the window's
+/// `mass_above` bound joins the mass at infinity. A spectrum of a size `s`
+/// times the window's serves it by every `s`-th frequency (see
+/// [`super::spectra`]).
 pub fn compose(parts: &[(&Spectrum, u64)], window: &Window, step: f64) -> DiscretePld {
     let n = window.size;
     let bins = n / 2 + 1;
@@ -56,22 +75,41 @@ pub fn compose(parts: &[(&Spectrum, u64)], window: &Window, step: f64) -> Discre
     let mut phase = vec![0.0f64; bins];
     let mut ln_finite = 0.0;
     for (s, c) in parts.iter().filter(|(_, c)| *c > 0) {
-        debug_assert_eq!(s.size(), n);
+        let stride = s.size() / n;
+        assert!(
+            stride >= 1 && s.size() == stride * n,
+            "a spectrum of size {} cannot serve size {n}",
+            s.size()
+        );
         let c = *c as f64;
-        for ((m, p), (sm, sp)) in log_mod
-            .iter_mut()
-            .zip(phase.iter_mut())
-            .zip(s.log_modulus.iter().zip(&s.phase))
-        {
-            *m += c * sm;
-            *p += c * sp;
+        if stride == 1 {
+            for ((m, p), (sm, sp)) in log_mod
+                .iter_mut()
+                .zip(phase.iter_mut())
+                .zip(s.log_modulus.iter().zip(&s.phase))
+            {
+                *m += c * sm;
+                *p += c * sp;
+            }
+        } else {
+            let (sm, sp) = (&s.log_modulus, &s.phase);
+            for (k, (m, p)) in log_mod.iter_mut().zip(phase.iter_mut()).enumerate() {
+                *m += c * sm[k * stride];
+                *p += c * sp[k * stride];
+            }
         }
         ln_finite += c * s.ln_finite;
     }
     let mut spec: Vec<Complex<f64>> = log_mod
         .iter()
         .zip(&phase)
-        .map(|(&m, &p)| Complex::from_polar(m.exp(), p))
+        .map(|(&m, &p)| {
+            if m < UNDERFLOW_LOG_MODULUS {
+                Complex::new(0.0, 0.0)
+            } else {
+                Complex::from_polar(m.exp(), p)
+            }
+        })
         .collect();
     spec[0].im = 0.0;
     spec[bins - 1].im = 0.0;
@@ -127,5 +165,11 @@ mod tests {
             assert!((got.probs[j] - d).abs() < 1e-14, "{j}");
         }
         assert!((got.infinity_mass - (1.0 - 0.95f64.powi(3))).abs() < 1e-14);
+        // A spectrum 4 times larger serves the same window by every 4th bin.
+        let big = Spectrum::of(&pld, 64);
+        let strided = compose(&[(&big, 3)], &window, 0.1);
+        for (a, b) in strided.probs.iter().zip(&got.probs) {
+            assert!((a - b).abs() < 1e-15, "{a} vs {b}");
+        }
     }
 }
