@@ -64,6 +64,19 @@ fn log_modulus(z: Complex<f64>) -> f64 {
 /// and is raised to its count), so most frequencies of a long history are.
 const UNDERFLOW_LOG_MODULUS: f64 = -746.0;
 
+/// `acc[k] += c * v[k * stride]` for every `k` of `acc`.
+fn add_scaled(acc: &mut [f64], v: &[f64], c: f64, stride: usize) {
+    if stride == 1 {
+        for (a, x) in acc.iter_mut().zip(v) {
+            *a += c * x;
+        }
+    } else {
+        for (k, a) in acc.iter_mut().enumerate() {
+            *a += c * v[k * stride];
+        }
+    }
+}
+
 /// Compose `count` copies of each spectrum into a PLD on `window`; the window's
 /// `mass_above` bound joins the mass at infinity. A spectrum of a size `s`
 /// times the window's serves it by every `s`-th frequency (see
@@ -72,42 +85,41 @@ pub fn compose(parts: &[(&Spectrum, u64)], window: &Window, step: f64) -> Discre
     let n = window.size;
     let bins = n / 2 + 1;
     let mut log_mod = vec![0.0f64; bins];
-    let mut phase = vec![0.0f64; bins];
     let mut ln_finite = 0.0;
-    for (s, c) in parts.iter().filter(|(_, c)| *c > 0) {
-        let stride = s.size() / n;
-        assert!(
-            stride >= 1 && s.size() == stride * n,
-            "a spectrum of size {} cannot serve size {n}",
-            s.size()
-        );
-        let c = *c as f64;
-        if stride == 1 {
-            for ((m, p), (sm, sp)) in log_mod
-                .iter_mut()
-                .zip(phase.iter_mut())
-                .zip(s.log_modulus.iter().zip(&s.phase))
-            {
-                *m += c * sm;
-                *p += c * sp;
-            }
-        } else {
-            let (sm, sp) = (&s.log_modulus, &s.phase);
-            for (k, (m, p)) in log_mod.iter_mut().zip(phase.iter_mut()).enumerate() {
-                *m += c * sm[k * stride];
-                *p += c * sp[k * stride];
-            }
-        }
+    let parts: Vec<(&Spectrum, f64, usize)> = parts
+        .iter()
+        .filter(|(_, c)| *c > 0)
+        .map(|(s, c)| {
+            let stride = s.size() / n;
+            assert!(
+                stride >= 1 && s.size() == stride * n,
+                "a spectrum of size {} cannot serve size {n}",
+                s.size()
+            );
+            (*s, *c as f64, stride)
+        })
+        .collect();
+    for &(s, c, stride) in &parts {
+        add_scaled(&mut log_mod, &s.log_modulus, c, stride);
         ln_finite += c * s.ln_finite;
+    }
+    // Phases only up to the last frequency that does not underflow.
+    let live = log_mod
+        .iter()
+        .rposition(|&m| m >= UNDERFLOW_LOG_MODULUS)
+        .map_or(0, |k| k + 1);
+    let mut phase = vec![0.0f64; live];
+    for &(s, c, stride) in &parts {
+        add_scaled(&mut phase, &s.phase, c, stride);
     }
     let mut spec: Vec<Complex<f64>> = log_mod
         .iter()
-        .zip(&phase)
-        .map(|(&m, &p)| {
+        .enumerate()
+        .map(|(k, &m)| {
             if m < UNDERFLOW_LOG_MODULUS {
                 Complex::new(0.0, 0.0)
             } else {
-                Complex::from_polar(m.exp(), p)
+                Complex::from_polar(m.exp(), phase[k])
             }
         })
         .collect();
