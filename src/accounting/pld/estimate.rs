@@ -42,11 +42,12 @@ use super::mechanisms::{normal_sf, Z_CUT};
 
 use super::planner::{plan, LogMgf};
 use super::spectra::{answer_key, Answer, EstimateCache, MechanismKey};
-use super::spectrum::{compose, Spectrum};
+use super::spectrum::{compose, live_bins, LogView, Spectrum, Transform};
 use super::{ComposedPld, DiscretePld};
 use crate::accounting::error::Result;
 use crate::accounting::validate;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Number of grids: `1e-3 / 2^j`, `j = 0 .. ESTIMATE_GRIDS`.
 pub const ESTIMATE_GRIDS: u8 = 8;
@@ -81,6 +82,12 @@ pub fn cut_for(steps: u64, delta: f64) -> u8 {
         .find(|&i| 2.0 * steps as f64 * normal_sf(Z_CUTS[i]) <= budget)
         .unwrap_or(Z_CUTS.len() - 1) as u8
 }
+
+/// How many times the frequencies a composition needs a new spectrum keeps
+/// ([`keep`]).
+pub const KEEP_SLACK: usize = 4;
+/// Fewest frequencies a new spectrum keeps.
+pub const MIN_KEEP: usize = 64;
 
 /// Smallest FFT domain (sizes below it save nothing measurable).
 pub const MIN_DOMAIN: usize = 1 << 10;
@@ -252,19 +259,67 @@ pub fn compose_on(
         let w = plan(&parts, h, tail, None)?;
         size = size.max(w.size.next_power_of_two());
     }
+    // Spectra: those held, and transforms of the levels not held (or held
+    // keeping fewer frequencies than this composition needs: rebuilt whole).
+    let keys: Vec<MechanismKey> = events.iter().map(MechanismKey::of).collect();
+    let mut held: Vec<Option<Arc<[Spectrum; 2]>>> = keys
+        .iter()
+        .map(|k| cache.held_spectra(*k, variant, size))
+        .collect();
+    let mut fresh: Vec<Option<[Transform; 2]>> = keys.iter().map(|_| None).collect();
+    let mut live = [0usize; 2];
+    loop {
+        for (i, e) in events.iter().enumerate() {
+            if held[i].is_none() && fresh[i].is_none() {
+                let [r, a] = match built.remove(&keys[i]) {
+                    Some(p) => p,
+                    None => plds(e, h, z)?,
+                };
+                fresh[i] = Some([Transform::of(&r, size), Transform::of(&a, size)]);
+            }
+        }
+        for (d, live) in live.iter_mut().enumerate() {
+            let views: Vec<(LogView<'_>, f64)> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let v = match (&held[i], &fresh[i]) {
+                        (Some(s), _) => s[d].view(size),
+                        (None, Some(t)) => t[d].view(),
+                        (None, None) => unreachable!("every level is held or built"),
+                    };
+                    (v, count(e) as f64)
+                })
+                .collect();
+            *live = live_bins(&views, size).1;
+        }
+        // Exact values only lower the bounds: one more pass at most.
+        let mut short = false;
+        for slot in held.iter_mut() {
+            if slot
+                .as_ref()
+                .is_some_and(|s| s[0].kept_for(size) < live[0] || s[1].kept_for(size) < live[1])
+            {
+                *slot = None;
+                cache.note_short();
+                short = true;
+            }
+        }
+        if !short {
+            break;
+        }
+    }
     let mut spectra = Vec::with_capacity(events.len());
-    for e in events {
-        let key = MechanismKey::of(e);
-        let s = cache.spectra(key, variant, size, || {
-            let [r, a] = match built.remove(&key) {
-                Some(p) => p,
-                None => plds(e, h, z)?,
-            };
-            Ok::<_, crate::accounting::error::InvalidArgument>([
-                Spectrum::of(&r, size),
-                Spectrum::of(&a, size),
-            ])
-        })?;
+    for (i, key) in keys.iter().enumerate() {
+        let s = match held[i].take() {
+            Some(s) => s,
+            None => {
+                let [r, a] = fresh[i].take().expect("built above");
+                let s = Arc::new([r.spectrum(keep(live[0])), a.spectrum(keep(live[1]))]);
+                cache.put_spectra(*key, variant, s.clone());
+                s
+            }
+        };
         spectra.push(s);
     }
     let mut out = Vec::with_capacity(2);
@@ -285,6 +340,13 @@ pub fn compose_on(
     let add = out.pop().expect("two directions");
     let remove = out.pop().expect("two directions");
     Ok(ComposedPld { remove, add })
+}
+
+/// Frequencies a new spectrum keeps for a composition that needs `live`:
+/// [`KEEP_SLACK`] times as many (a power of two, at least [`MIN_KEEP`]), so
+/// that histories needing a few more still find them.
+fn keep(live: usize) -> usize {
+    (KEEP_SLACK * live).next_power_of_two().max(MIN_KEEP)
 }
 
 /// Both directions' PLDs of one mechanism on grid spacing `h`.

@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex};
 pub const DEFAULT_ESTIMATE_CACHE_BYTES: usize = 128 << 20;
 /// Bytes counted per entry besides its payload (map node, key, `Arc` header).
 const ENTRY_OVERHEAD: usize = 96;
+/// Bytes of a [`Spectrum`] besides its vectors' contents.
+const SPECTRUM_HEADER: usize = std::mem::size_of::<Spectrum>();
 
 /// A mechanism without its count: what a cached spectrum is a spectrum of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -195,7 +197,7 @@ fn mgf_bytes(m: &[LogMgf; 2]) -> usize {
 
 fn spectra_bytes(s: &[Spectrum; 2]) -> usize {
     s.iter()
-        .map(|s| (s.log_modulus.capacity() + s.phase.capacity()) * 8 + 56)
+        .map(|s| (s.log_modulus.capacity() + s.phase.capacity()) * 8 + SPECTRUM_HEADER)
         .sum::<usize>()
         + ENTRY_OVERHEAD
 }
@@ -303,9 +305,46 @@ impl EstimateCache {
         Ok(m)
     }
 
-    /// The spectra of `mechanism` on grid `grid` at a domain size that is a
-    /// power-of-two multiple of `n` (`n` itself when computed: by `make`, on a
-    /// miss or when only a smaller size is held, which this one replaces).
+    /// The spectra of `mechanism` on grid `grid` held at a domain size that is
+    /// a power-of-two multiple of `n`, if any (a miss otherwise). They may keep
+    /// fewer frequencies than a composition needs (see
+    /// [`super::spectrum::live_bins`]); the caller then builds and
+    /// [`Self::put_spectra`]s more.
+    pub fn held_spectra(
+        &self,
+        mechanism: MechanismKey,
+        grid: u8,
+        n: usize,
+    ) -> Option<Arc<[Spectrum; 2]>> {
+        let serves = |v: &Value| match v {
+            Value::Spectra(s) => s[0].size() >= n && s[0].size() % n == 0,
+            _ => false,
+        };
+        match self.lookup(&Key::Spectra(mechanism, grid), serves, true) {
+            Some(Value::Spectra(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Count a held entry that could not serve its lookup (it kept too few
+    /// frequencies) as a miss, not the hit it was counted as.
+    pub fn note_short(&self) {
+        let mut inner = self.lock();
+        inner.stats.hits = inner.stats.hits.saturating_sub(1);
+        inner.stats.misses += 1;
+    }
+
+    /// Keep `spectra` for `mechanism` on grid `grid`, replacing what was held.
+    pub fn put_spectra(&self, mechanism: MechanismKey, grid: u8, spectra: Arc<[Spectrum; 2]>) {
+        let bytes = spectra_bytes(&spectra);
+        self.lock().insert(
+            Key::Spectra(mechanism, grid),
+            Value::Spectra(spectra),
+            bytes,
+        );
+    }
+
+    /// [`Self::held_spectra`], else the spectra `make` computes (kept).
     pub fn spectra<E>(
         &self,
         mechanism: MechanismKey,
@@ -313,17 +352,11 @@ impl EstimateCache {
         n: usize,
         make: impl FnOnce() -> Result<[Spectrum; 2], E>,
     ) -> Result<Arc<[Spectrum; 2]>, E> {
-        let key = Key::Spectra(mechanism, grid);
-        let serves = |v: &Value| match v {
-            Value::Spectra(s) => s[0].size() >= n && s[0].size() % n == 0,
-            _ => false,
-        };
-        if let Some(Value::Spectra(s)) = self.lookup(&key, serves, true) {
+        if let Some(s) = self.held_spectra(mechanism, grid, n) {
             return Ok(s);
         }
         let s = Arc::new(make()?);
-        let bytes = spectra_bytes(&s);
-        self.lock().insert(key, Value::Spectra(s.clone()), bytes);
+        self.put_spectra(mechanism, grid, s.clone());
         Ok(s)
     }
 
@@ -394,7 +427,7 @@ mod tests {
         );
         let s = cache.stats();
         assert_eq!((s.spectra, s.hits, s.misses), (2, 1, 3));
-        let held = 2 * ENTRY_OVERHEAD + 2 * 2 * (8 * (65 + 9) + 56);
+        let held = 2 * ENTRY_OVERHEAD + 2 * 2 * (8 * (65 + 9) + SPECTRUM_HEADER);
         assert_eq!(s.bytes, held, "the replaced entry's bytes are released");
     }
 
