@@ -30,6 +30,15 @@
 //! levels, not the bulk, set the span) and about 1 MB per level's spectra; with
 //! both relative to delta the same loadgen histories need a quarter of that.
 //!
+//! # The spectra
+//! A level's spectra are cached once per grid, at the largest domain asked
+//! for (smaller powers of two read every `s`-th frequency, [`super::spectra`]),
+//! and keep only [`KEEP_SLACK`] times the frequencies the composition that
+//! built them needs, with a bound on the rest ([`super::spectrum`]): beyond
+//! them every composed modulus underflows to exactly 0, so the answer is the
+//! one whole spectra give. A later composition that needs more rebuilds the
+//! level, keeping what it needs (counted as a miss).
+//!
 //! All three budgets together cost at most `3 * TAIL_FRACTION * delta` of
 //! delta, and only ever raise it: the answer is the exact composition's
 //! epsilon at a delta at most 0.03% smaller, never below the truth of the
@@ -260,7 +269,7 @@ pub fn compose_on(
         size = size.max(w.size.next_power_of_two());
     }
     // Spectra: those held, and transforms of the levels not held (or held
-    // keeping fewer frequencies than this composition needs: rebuilt whole).
+    // keeping fewer frequencies than this composition needs: rebuilt).
     let keys: Vec<MechanismKey> = events.iter().map(MechanismKey::of).collect();
     let mut held: Vec<Option<Arc<[Spectrum; 2]>>> = keys
         .iter()

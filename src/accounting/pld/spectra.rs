@@ -5,13 +5,15 @@
 //! `n = N / s` below it: folding a PLD modulo `n` keeps every `s`-th frequency
 //! of its size-`N` transform (`X_n[k] = X_N[s k]`), so one entry per level
 //! serves histories of any length (the same value up to the transforms'
-//! rounding, about 1e-16 of the largest modulus). One cache serves every dataset: a level's spectrum depends only on
-//! `(q, sigma_eff)`, the grid and the domain size, never on whose example asks.
+//! rounding, about 1e-16 of the largest modulus). One cache serves every
+//! dataset: a level's spectrum depends only on `(q, sigma_eff)`, the grid and
+//! the domain size, never on whose example asks.
 //!
 //! Bounded in bytes (`serve --estimate-cache-bytes`, default 128 MiB) with
 //! least-recently-used eviction over all entries together (a linked hash map:
 //! `O(1)` per lookup, insert and eviction). Evicting changes only speed: every
-//! entry is recomputed bit-identically on demand. An answer is keyed by the
+//! entry is recomputed on demand, and gives the same answers (up to the
+//! rounding of the domain size it is built at). An answer is keyed by the
 //! example's whole level history (each level's `(q, sigma_eff, steps)`), the
 //! dataset's releases and delta, so a history that changes never meets an
 //! answer computed before the change (invalidation by construction); answers of
