@@ -252,6 +252,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kept_frequencies_give_the_whole_spectra_answer_or_ask_for_more() {
+        // A smooth PLD (deviation 10 grid points, cut at 8), composed 50 times.
+        let probs: Vec<f64> = (0..161)
+            .map(|j| (-((j as f64 - 80.0) / 10.0).powi(2) / 2.0).exp())
+            .collect();
+        let total: f64 = probs.iter().sum();
+        let pld = DiscretePld {
+            step: 0.01,
+            first: -80,
+            probs: probs.iter().map(|p| p / total * 0.999).collect(),
+            infinity_mass: 0.001,
+        };
+        let n = 4096;
+        let t = Transform::of(&pld, n);
+        let (_, live) = live_bins(&[(t.view(), 50.0)], n);
+        assert!(live > 0 && live < n / 8, "composed spectra decay: {live}");
+        let window = Window {
+            lo: -2048,
+            size: n,
+            mass_above: 0.0,
+        };
+        let whole = compose(&[(&Spectrum::of(&pld, n), 50)], &window, 0.01);
+        let kept = t.clone().spectrum(live);
+        assert_eq!(kept.kept_for(n), live);
+        assert!(kept.tail_log_modulus < 0.0 && kept.tail_log_modulus.is_finite());
+        assert_eq!(compose(&[(&kept, 50)], &window, 0.01), whole);
+        // One copy does not underflow where 50 do: by the kept spectrum's tail
+        // bound the composition needs more than it keeps.
+        let (_, live1) = live_bins(&[(kept.view(n), 1.0)], n);
+        assert!(live1 > kept.kept_for(n), "{live1}");
+        let short = std::panic::catch_unwind(|| compose(&[(&kept, 1)], &window, 0.01));
+        assert!(short.is_err(), "too few kept frequencies are refused");
+    }
+
+    #[test]
     fn spectral_power_equals_repeated_convolution() {
         let pld = DiscretePld {
             step: 0.1,
