@@ -93,7 +93,7 @@ pub fn cut_for(steps: u64, delta: f64) -> u8 {
 }
 
 /// How many times the frequencies a composition needs a new spectrum keeps
-/// ([`keep`]).
+/// (rounded up to a power of two, at least [`MIN_KEEP`]).
 pub const KEEP_SLACK: usize = 4;
 /// Fewest frequencies a new spectrum keeps.
 pub const MIN_KEEP: usize = 64;
