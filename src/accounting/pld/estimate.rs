@@ -47,7 +47,7 @@
 use super::accountant::{
     event_plds_cut, loss_scale, releases_something, PldEvent, DEFAULT_VALUE_DISCRETIZATION,
 };
-use super::mechanisms::{normal_sf, Z_CUT};
+use super::mechanisms::{normal_sf, Precision, Z_CUT};
 
 use super::planner::{plan, LogMgf};
 use super::spectra::{answer_key, Answer, EstimateCache, MechanismKey};
@@ -360,7 +360,7 @@ fn keep(live: usize) -> usize {
 
 /// Both directions' PLDs of one mechanism on grid spacing `h`.
 fn plds(e: &PldEvent, h: f64, z_cut: f64) -> Result<[DiscretePld; 2]> {
-    match event_plds_cut(e, h, z_cut)? {
+    match event_plds_cut(e, h, z_cut, Precision::Estimate)? {
         Some((r, a, _)) => Ok([r, a]),
         None => unreachable!("events that release nothing were dropped"),
     }
