@@ -77,6 +77,7 @@ fn fast_erfc(x: f64) -> f64 {
     }
 }
 
+#[cfg(test)]
 fn normal_cdf(z: f64) -> f64 {
     normal_sf(-z)
 }
