@@ -20,18 +20,37 @@
 //! it).
 //!
 //! The composition runs outside the ledger's lock, on the counts read under it,
-//! on tokio's blocking pool (milliseconds of FFTs must not stall the workers).
+//! on tokio's blocking pool (milliseconds of FFTs must not stall the workers),
+//! at most one per core at a time, first come first
+//! served; answers already cached are served at once, without a slot.
+//! Why a gate: compositions are pure CPU, and 16 of them sharing two cores
+//! each take 8 times their own time, so the longest (a history whose levels
+//! the cache has not seen: tens of milliseconds) set the p99. Queued instead,
+//! each waits for the ones before it and then runs at full speed: the same
+//! throughput, with a tail of about the queue plus its own time (issue 24).
 
 use super::error::{EngineError, EngineResult};
 use super::Engine;
-use crate::accounting::pld::{estimate_epsilon, EstimateCache, PldEvent};
+use crate::accounting::pld::{cached_estimate, estimate_epsilon, EstimateCache, PldEvent};
 use crate::ledger::{EstimateInput, PldEstimate};
 use std::sync::OnceLock;
+use tokio::sync::Semaphore;
 
 /// The process-wide cache of the estimates' level spectra and answers.
 pub fn estimate_cache() -> &'static EstimateCache {
     static CACHE: OnceLock<EstimateCache> = OnceLock::new();
     CACHE.get_or_init(EstimateCache::default)
+}
+
+/// How many compositions run at once: the cores this process may use.
+fn composition_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The gate compositions queue at (fair: first come, first served).
+fn gate() -> &'static Semaphore {
+    static GATE: OnceLock<Semaphore> = OnceLock::new();
+    GATE.get_or_init(|| Semaphore::new(composition_slots()))
 }
 
 fn estimate_error(why: impl std::fmt::Display) -> EngineError {
@@ -69,14 +88,28 @@ impl Engine {
     ) -> EngineResult<PldEstimate> {
         self.dataset(dataset)?;
         let steps: u64 = input.levels.iter().map(|l| l.steps).sum();
-        let compute = move || {
-            let answer = estimate_epsilon(estimate_cache(), &events(&input), delta)
-                .map_err(estimate_error)?;
-            Ok::<_, EngineError>((answer, input))
-        };
-        let (answer, input) = tokio::task::spawn_blocking(compute)
-            .await
-            .map_err(|e| EngineError::Internal(format!("the PLD estimate failed: {e}")))??;
+        let ev = events(&input);
+        let (answer, input) =
+            match cached_estimate(estimate_cache(), &ev, delta).map_err(estimate_error)? {
+                Some(answer) => (answer, input),
+                None => {
+                    let permit = gate()
+                        .acquire()
+                        .await
+                        .map_err(|e| EngineError::Internal(format!("estimate gate: {e}")))?;
+                    let compute = move || {
+                        // The slot is held until the composition ends, even if
+                        // the request that asked for it goes away meanwhile.
+                        let _permit = permit;
+                        let answer = estimate_epsilon(estimate_cache(), &ev, delta)
+                            .map_err(estimate_error)?;
+                        Ok::<_, EngineError>((answer, input))
+                    };
+                    tokio::task::spawn_blocking(compute).await.map_err(|e| {
+                        EngineError::Internal(format!("the PLD estimate failed: {e}"))
+                    })??
+                }
+            };
         Ok(PldEstimate {
             epsilon: answer.epsilon.min(rdp_epsilon),
             guarantee: false,

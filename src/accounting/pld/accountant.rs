@@ -1,7 +1,7 @@
 //! The public PLD accountant: worst-case epsilon/delta of a list of events, and
 //! a per-level spectrum cache for per-example estimates.
 
-use super::mechanisms::{pure_dp_pld, sgm_pld, sgm_pld_cut, Direction, Z_CUT};
+use super::mechanisms::{pure_dp_pld, sgm_pld, sgm_pld_cut, Direction, Precision, Z_CUT};
 use super::planner::{plan, LogMgf};
 use super::pmf::DiscretePld;
 use super::spectrum::{compose, Spectrum};
@@ -140,27 +140,29 @@ pub(super) fn releases_something(e: &PldEvent) -> Result<bool> {
 
 /// The two per-mechanism PLDs of an event (`None`: it releases nothing).
 pub(super) fn event_plds(e: &PldEvent, h: f64) -> Result<Option<(DiscretePld, DiscretePld, u64)>> {
-    event_plds_cut(e, h, Z_CUT)
+    event_plds_cut(e, h, Z_CUT, Precision::Guarantee)
 }
 
 /// As [`event_plds`], Gaussian supports cut at `z_cut` (see
-/// [`super::mechanisms::sgm_pld_cut`]: pessimistic, costs accuracy only).
+/// [`super::mechanisms::sgm_pld_cut`]: pessimistic, costs accuracy only), with
+/// the `erfc` that `precision` asks for.
 pub(super) fn event_plds_cut(
     e: &PldEvent,
     h: f64,
     z_cut: f64,
+    precision: Precision,
 ) -> Result<Option<(DiscretePld, DiscretePld, u64)>> {
     if !releases_something(e)? {
         return Ok(None);
     }
     Ok(Some(match *e {
         PldEvent::PoissonGaussian { q, sigma, count } => {
-            let r = sgm_pld_cut(q, sigma, Direction::Remove, h, z_cut)?;
-            let a = sgm_pld_cut(q, sigma, Direction::Add, h, z_cut)?;
+            let r = sgm_pld_cut(q, sigma, Direction::Remove, h, z_cut, precision)?;
+            let a = sgm_pld_cut(q, sigma, Direction::Add, h, z_cut, precision)?;
             (r, a, count)
         }
         PldEvent::Gaussian { sigma, count } => {
-            let p = sgm_pld_cut(1.0, sigma, Direction::Remove, h, z_cut)?;
+            let p = sgm_pld_cut(1.0, sigma, Direction::Remove, h, z_cut, precision)?;
             (p.clone(), p, count)
         }
         PldEvent::PureDp { epsilon, count } => {

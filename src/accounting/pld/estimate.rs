@@ -30,6 +30,15 @@
 //! levels, not the bulk, set the span) and about 1 MB per level's spectra; with
 //! both relative to delta the same loadgen histories need a quarter of that.
 //!
+//! # The spectra
+//! A level's spectra are cached once per grid, at the largest domain asked
+//! for (smaller powers of two read every `s`-th frequency, [`super::spectra`]),
+//! and keep only [`KEEP_SLACK`] times the frequencies the composition that
+//! built them needs, with a bound on the rest ([`super::spectrum`]): beyond
+//! them every composed modulus underflows to exactly 0, so the answer is the
+//! one whole spectra give. A later composition that needs more rebuilds the
+//! level, keeping what it needs (counted as a miss).
+//!
 //! All three budgets together cost at most `3 * TAIL_FRACTION * delta` of
 //! delta, and only ever raise it: the answer is the exact composition's
 //! epsilon at a delta at most 0.03% smaller, never below the truth of the
@@ -38,15 +47,16 @@
 use super::accountant::{
     event_plds_cut, loss_scale, releases_something, PldEvent, DEFAULT_VALUE_DISCRETIZATION,
 };
-use super::mechanisms::{normal_sf, Z_CUT};
+use super::mechanisms::{normal_sf, Precision, Z_CUT};
 
 use super::planner::{plan, LogMgf};
 use super::spectra::{answer_key, Answer, EstimateCache, MechanismKey};
-use super::spectrum::{compose, Spectrum};
+use super::spectrum::{compose, live_bins, LogView, Spectrum, Transform};
 use super::{ComposedPld, DiscretePld};
 use crate::accounting::error::Result;
 use crate::accounting::validate;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Number of grids: `1e-3 / 2^j`, `j = 0 .. ESTIMATE_GRIDS`.
 pub const ESTIMATE_GRIDS: u8 = 8;
@@ -81,6 +91,12 @@ pub fn cut_for(steps: u64, delta: f64) -> u8 {
         .find(|&i| 2.0 * steps as f64 * normal_sf(Z_CUTS[i]) <= budget)
         .unwrap_or(Z_CUTS.len() - 1) as u8
 }
+
+/// How many times the frequencies a composition needs a new spectrum keeps
+/// (rounded up to a power of two, at least [`MIN_KEEP`]).
+pub const KEEP_SLACK: usize = 4;
+/// Fewest frequencies a new spectrum keeps.
+pub const MIN_KEEP: usize = 64;
 
 /// Smallest FFT domain (sizes below it save nothing measurable).
 pub const MIN_DOMAIN: usize = 1 << 10;
@@ -130,10 +146,15 @@ fn rms_loss_scale(events: &[PldEvent]) -> f64 {
     }
 }
 
-/// The estimate of the composition of `events` at `delta`: a pessimistic
-/// discretisation on the grid the target asks for (module docs), answered from
-/// `cache` when the same events and delta were asked before.
-pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) -> Result<Answer> {
+/// A query after validation: the events that release something, its delta and
+/// the key of its answer (`None` when nothing is released: epsilon 0).
+struct Query {
+    live: Vec<PldEvent>,
+    delta: f64,
+    key: Box<[u64]>,
+}
+
+fn prepare(events: &[PldEvent], delta: f64) -> Result<Option<Query>> {
     let delta = validate::delta("delta", delta)?;
     let mut live = Vec::with_capacity(events.len());
     for e in events {
@@ -143,12 +164,39 @@ pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) 
         }
     }
     if live.is_empty() {
-        return Ok(Answer {
-            epsilon: 0.0,
-            value_discretization: DEFAULT_VALUE_DISCRETIZATION,
-        });
+        return Ok(None);
     }
     let key = answer_key(&live, delta);
+    Ok(Some(Query { live, delta, key }))
+}
+
+const NOTHING_RELEASED: Answer = Answer {
+    epsilon: 0.0,
+    value_discretization: DEFAULT_VALUE_DISCRETIZATION,
+};
+
+/// The answer [`estimate_epsilon`] would give when it needs no composition
+/// (nothing released, or the same events and delta answered before and still
+/// cached), else `None`. Microseconds: callers answer from it before they queue
+/// for a composition slot.
+pub fn cached_estimate(
+    cache: &EstimateCache,
+    events: &[PldEvent],
+    delta: f64,
+) -> Result<Option<Answer>> {
+    Ok(match prepare(events, delta)? {
+        None => Some(NOTHING_RELEASED),
+        Some(q) => cache.peek_answer(&q.key),
+    })
+}
+
+/// The estimate of the composition of `events` at `delta`: a pessimistic
+/// discretisation on the grid the target asks for (module docs), answered from
+/// `cache` when the same events and delta were asked before.
+pub fn estimate_epsilon(cache: &EstimateCache, events: &[PldEvent], delta: f64) -> Result<Answer> {
+    let Some(Query { live, delta, key }) = prepare(events, delta)? else {
+        return Ok(NOTHING_RELEASED);
+    };
     if let Some(a) = cache.answer(&key) {
         return Ok(a);
     }
@@ -220,19 +268,67 @@ pub fn compose_on(
         let w = plan(&parts, h, tail, None)?;
         size = size.max(w.size.next_power_of_two());
     }
+    // Spectra: those held, and transforms of the levels not held (or held
+    // keeping fewer frequencies than this composition needs: rebuilt).
+    let keys: Vec<MechanismKey> = events.iter().map(MechanismKey::of).collect();
+    let mut held: Vec<Option<Arc<[Spectrum; 2]>>> = keys
+        .iter()
+        .map(|k| cache.held_spectra(*k, variant, size))
+        .collect();
+    let mut fresh: Vec<Option<[Transform; 2]>> = keys.iter().map(|_| None).collect();
+    let mut live = [0usize; 2];
+    loop {
+        for (i, e) in events.iter().enumerate() {
+            if held[i].is_none() && fresh[i].is_none() {
+                let [r, a] = match built.remove(&keys[i]) {
+                    Some(p) => p,
+                    None => plds(e, h, z)?,
+                };
+                fresh[i] = Some([Transform::of(&r, size), Transform::of(&a, size)]);
+            }
+        }
+        for (d, live) in live.iter_mut().enumerate() {
+            let views: Vec<(LogView<'_>, f64)> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let v = match (&held[i], &fresh[i]) {
+                        (Some(s), _) => s[d].view(size),
+                        (None, Some(t)) => t[d].view(),
+                        (None, None) => unreachable!("every level is held or built"),
+                    };
+                    (v, count(e) as f64)
+                })
+                .collect();
+            *live = live_bins(&views, size).1;
+        }
+        // Exact values only lower the bounds: one more pass at most.
+        let mut short = false;
+        for slot in held.iter_mut() {
+            if slot
+                .as_ref()
+                .is_some_and(|s| s[0].kept_for(size) < live[0] || s[1].kept_for(size) < live[1])
+            {
+                *slot = None;
+                cache.note_short();
+                short = true;
+            }
+        }
+        if !short {
+            break;
+        }
+    }
     let mut spectra = Vec::with_capacity(events.len());
-    for e in events {
-        let key = MechanismKey::of(e);
-        let s = cache.spectra(key, variant, size, || {
-            let [r, a] = match built.remove(&key) {
-                Some(p) => p,
-                None => plds(e, h, z)?,
-            };
-            Ok::<_, crate::accounting::error::InvalidArgument>([
-                Spectrum::of(&r, size),
-                Spectrum::of(&a, size),
-            ])
-        })?;
+    for (i, key) in keys.iter().enumerate() {
+        let s = match held[i].take() {
+            Some(s) => s,
+            None => {
+                let [r, a] = fresh[i].take().expect("built above");
+                let s = Arc::new([r.spectrum(keep(live[0])), a.spectrum(keep(live[1]))]);
+                cache.put_spectra(*key, variant, s.clone());
+                s
+            }
+        };
         spectra.push(s);
     }
     let mut out = Vec::with_capacity(2);
@@ -255,9 +351,16 @@ pub fn compose_on(
     Ok(ComposedPld { remove, add })
 }
 
+/// Frequencies a new spectrum keeps for a composition that needs `live`:
+/// [`KEEP_SLACK`] times as many (a power of two, at least [`MIN_KEEP`]), so
+/// that histories needing a few more still find them.
+fn keep(live: usize) -> usize {
+    (KEEP_SLACK * live).next_power_of_two().max(MIN_KEEP)
+}
+
 /// Both directions' PLDs of one mechanism on grid spacing `h`.
 fn plds(e: &PldEvent, h: f64, z_cut: f64) -> Result<[DiscretePld; 2]> {
-    match event_plds_cut(e, h, z_cut)? {
+    match event_plds_cut(e, h, z_cut, Precision::Estimate)? {
         Some((r, a, _)) => Ok([r, a]),
         None => unreachable!("events that release nothing were dropped"),
     }
@@ -320,8 +423,15 @@ mod tests {
             "{a:?} vs {direct}"
         );
         let misses = cache.stats().misses;
+        assert_eq!(cached_estimate(&cache, &ev, 1e-5).unwrap(), Some(a));
+        assert_eq!(cached_estimate(&cache, &ev, 2e-5).unwrap(), None);
+        assert_eq!(
+            cached_estimate(&cache, &ev[..0], 1e-5).unwrap(),
+            Some(NOTHING_RELEASED)
+        );
         assert_eq!(estimate_epsilon(&cache, &ev, 1e-5).unwrap(), a);
         assert_eq!(cache.stats().misses, misses, "the second ask is one hit");
         assert!(estimate_epsilon(&cache, &ev, 0.0).is_err());
+        assert!(cached_estimate(&cache, &ev, 0.0).is_err());
     }
 }

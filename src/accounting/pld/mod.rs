@@ -49,6 +49,6 @@ pub use accountant::{
     PldEvent, PldOptions, DEFAULT_VALUE_DISCRETIZATION,
 };
 pub use calibrate::noise_for_epsilon_pld;
-pub use estimate::estimate_epsilon;
+pub use estimate::{cached_estimate, estimate_epsilon};
 pub use pmf::DiscretePld;
 pub use spectra::{EstimateCache, EstimateCacheStats, DEFAULT_ESTIMATE_CACHE_BYTES};

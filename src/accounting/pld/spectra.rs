@@ -1,13 +1,19 @@
 //! The bounded cache behind per-example PLD estimates ([`super::estimate`]):
 //! per mechanism and grid, its MGFs (for planning windows) and its spectra at
-//! each FFT size asked for, plus finished answers keyed by everything they
-//! depend on. One cache serves every dataset: a level's spectrum depends only on
-//! `(q, sigma_eff)`, the grid and the domain size, never on whose example asks.
+//! the largest FFT size asked for, plus finished answers keyed by everything
+//! they depend on. A spectrum of size `N` serves every power-of-two size
+//! `n = N / s` below it: folding a PLD modulo `n` keeps every `s`-th frequency
+//! of its size-`N` transform (`X_n[k] = X_N[s k]`), so one entry per level
+//! serves histories of any length (the same value up to the transforms'
+//! rounding, about 1e-16 of the largest modulus). One cache serves every
+//! dataset: a level's spectrum depends only on `(q, sigma_eff)`, the grid and
+//! the domain size, never on whose example asks.
 //!
 //! Bounded in bytes (`serve --estimate-cache-bytes`, default 128 MiB) with
 //! least-recently-used eviction over all entries together (a linked hash map:
 //! `O(1)` per lookup, insert and eviction). Evicting changes only speed: every
-//! entry is recomputed bit-identically on demand. An answer is keyed by the
+//! entry is recomputed on demand, and gives the same answers (up to the
+//! rounding of the domain size it is built at). An answer is keyed by the
 //! example's whole level history (each level's `(q, sigma_eff, steps)`), the
 //! dataset's releases and delta, so a history that changes never meets an
 //! answer computed before the change (invalidation by construction); answers of
@@ -23,6 +29,8 @@ use std::sync::{Arc, Mutex};
 pub const DEFAULT_ESTIMATE_CACHE_BYTES: usize = 128 << 20;
 /// Bytes counted per entry besides its payload (map node, key, `Arc` header).
 const ENTRY_OVERHEAD: usize = 96;
+/// Bytes of a [`Spectrum`] besides its vectors' contents.
+const SPECTRUM_HEADER: usize = std::mem::size_of::<Spectrum>();
 
 /// A mechanism without its count: what a cached spectrum is a spectrum of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,7 +85,7 @@ pub fn answer_key(events: &[PldEvent], delta: f64) -> Box<[u64]> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
     Mgfs(MechanismKey, u8),
-    Spectra(MechanismKey, u8, usize),
+    Spectra(MechanismKey, u8),
     Answer(Box<[u64]>),
 }
 
@@ -106,7 +114,8 @@ struct Entry {
 /// What an [`EstimateCache`] holds and has done (the storage report and gauges).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EstimateCacheStats {
-    /// Spectrum pairs held (one per mechanism, grid and domain size).
+    /// Spectrum pairs held (one per mechanism and grid, at the largest domain
+    /// size asked for).
     pub spectra: usize,
     /// MGF pairs held (one per mechanism and grid).
     pub mgfs: usize,
@@ -190,7 +199,7 @@ fn mgf_bytes(m: &[LogMgf; 2]) -> usize {
 
 fn spectra_bytes(s: &[Spectrum; 2]) -> usize {
     s.iter()
-        .map(|s| (s.log_modulus.capacity() + s.phase.capacity()) * 8 + 56)
+        .map(|s| (s.log_modulus.capacity() + s.phase.capacity()) * 8 + SPECTRUM_HEADER)
         .sum::<usize>()
         + ENTRY_OVERHEAD
 }
@@ -235,15 +244,22 @@ impl EstimateCache {
         self.lock().stats
     }
 
-    fn lookup(&self, key: &Key) -> Option<Value> {
+    /// The value at `key` if `usable`, counted as a hit; else `None`, counted
+    /// as a miss when `count_miss`.
+    fn lookup(
+        &self,
+        key: &Key,
+        usable: impl FnOnce(&Value) -> bool,
+        count_miss: bool,
+    ) -> Option<Value> {
         let mut inner = self.lock();
         match inner.map.to_back(key).map(|e| e.value.clone()) {
-            Some(v) => {
+            Some(v) if usable(&v) => {
                 inner.stats.hits += 1;
                 Some(v)
             }
-            None => {
-                inner.stats.misses += 1;
+            _ => {
+                inner.stats.misses += u64::from(count_miss);
                 None
             }
         }
@@ -251,7 +267,17 @@ impl EstimateCache {
 
     /// A finished answer, if held.
     pub fn answer(&self, key: &[u64]) -> Option<Answer> {
-        match self.lookup(&Key::Answer(key.into())) {
+        self.answer_counted(key, true)
+    }
+
+    /// As [`Self::answer`], a miss not counted: for a first look by a caller
+    /// that computes through [`Self::answer`] next (one query, one miss).
+    pub fn peek_answer(&self, key: &[u64]) -> Option<Answer> {
+        self.answer_counted(key, false)
+    }
+
+    fn answer_counted(&self, key: &[u64], count_miss: bool) -> Option<Answer> {
+        match self.lookup(&Key::Answer(key.into()), |_| true, count_miss) {
             Some(Value::Answer(a)) => Some(a),
             _ => None,
         }
@@ -272,7 +298,7 @@ impl EstimateCache {
         make: impl FnOnce() -> Result<[LogMgf; 2], E>,
     ) -> Result<Arc<[LogMgf; 2]>, E> {
         let key = Key::Mgfs(mechanism, grid);
-        if let Some(Value::Mgfs(m)) = self.lookup(&key) {
+        if let Some(Value::Mgfs(m)) = self.lookup(&key, |_| true, true) {
             return Ok(m);
         }
         let m = Arc::new(make()?);
@@ -281,8 +307,46 @@ impl EstimateCache {
         Ok(m)
     }
 
-    /// The spectra of `mechanism` on grid `grid` at domain size `n`, computed
-    /// by `make` on a miss.
+    /// The spectra of `mechanism` on grid `grid` held at a domain size that is
+    /// a power-of-two multiple of `n`, if any (a miss otherwise). They may keep
+    /// fewer frequencies than a composition needs (see
+    /// [`super::spectrum::live_bins`]); the caller then builds and
+    /// [`Self::put_spectra`]s more.
+    pub fn held_spectra(
+        &self,
+        mechanism: MechanismKey,
+        grid: u8,
+        n: usize,
+    ) -> Option<Arc<[Spectrum; 2]>> {
+        let serves = |v: &Value| match v {
+            Value::Spectra(s) => s[0].size() >= n && s[0].size() % n == 0,
+            _ => false,
+        };
+        match self.lookup(&Key::Spectra(mechanism, grid), serves, true) {
+            Some(Value::Spectra(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Count a held entry that could not serve its lookup (it kept too few
+    /// frequencies) as a miss, not the hit it was counted as.
+    pub fn note_short(&self) {
+        let mut inner = self.lock();
+        inner.stats.hits = inner.stats.hits.saturating_sub(1);
+        inner.stats.misses += 1;
+    }
+
+    /// Keep `spectra` for `mechanism` on grid `grid`, replacing what was held.
+    pub fn put_spectra(&self, mechanism: MechanismKey, grid: u8, spectra: Arc<[Spectrum; 2]>) {
+        let bytes = spectra_bytes(&spectra);
+        self.lock().insert(
+            Key::Spectra(mechanism, grid),
+            Value::Spectra(spectra),
+            bytes,
+        );
+    }
+
+    /// [`Self::held_spectra`], else the spectra `make` computes (kept).
     pub fn spectra<E>(
         &self,
         mechanism: MechanismKey,
@@ -290,13 +354,11 @@ impl EstimateCache {
         n: usize,
         make: impl FnOnce() -> Result<[Spectrum; 2], E>,
     ) -> Result<Arc<[Spectrum; 2]>, E> {
-        let key = Key::Spectra(mechanism, grid, n);
-        if let Some(Value::Spectra(s)) = self.lookup(&key) {
+        if let Some(s) = self.held_spectra(mechanism, grid, n) {
             return Ok(s);
         }
         let s = Arc::new(make()?);
-        let bytes = spectra_bytes(&s);
-        self.lock().insert(key, Value::Spectra(s.clone()), bytes);
+        self.put_spectra(mechanism, grid, s.clone());
         Ok(s)
     }
 
@@ -336,6 +398,39 @@ mod tests {
         let s = cache.stats();
         assert_eq!((s.answers, s.bytes), (1, one));
         assert!(cache.answer(&key(0)).is_none());
+    }
+
+    #[test]
+    fn one_spectrum_per_level_serves_every_smaller_size() {
+        use crate::accounting::pld::DiscretePld;
+        let pld = DiscretePld {
+            step: 0.1,
+            first: -1,
+            probs: vec![0.5, 0.25, 0.25],
+            infinity_mass: 0.0,
+        };
+        let pld = &pld;
+        let make = |n: usize| move || Ok::<_, ()>([Spectrum::of(pld, n), Spectrum::of(pld, n)]);
+        let key = MechanismKey {
+            kind: 0,
+            a: 1,
+            b: 2,
+        };
+        let cache = EstimateCache::default();
+        assert_eq!(cache.spectra(key, 0, 64, make(64)).unwrap()[0].size(), 64);
+        // Smaller sizes: the held one, nothing built.
+        let never = || -> Result<[Spectrum; 2], ()> { panic!("built again") };
+        assert_eq!(cache.spectra(key, 0, 16, never).unwrap()[0].size(), 64);
+        // Another grid is another level; a larger size replaces the entry.
+        assert_eq!(cache.spectra(key, 1, 16, make(16)).unwrap()[0].size(), 16);
+        assert_eq!(
+            cache.spectra(key, 0, 128, make(128)).unwrap()[0].size(),
+            128
+        );
+        let s = cache.stats();
+        assert_eq!((s.spectra, s.hits, s.misses), (2, 1, 3));
+        let held = 2 * ENTRY_OVERHEAD + 2 * 2 * (8 * (65 + 9) + SPECTRUM_HEADER);
+        assert_eq!(s.bytes, held, "the replaced entry's bytes are released");
     }
 
     #[test]
