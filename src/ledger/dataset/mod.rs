@@ -33,6 +33,7 @@
 //! | `mod.rs` | the [`Ledger`] struct, its creation and accessors |
 //! | `columns.rs` | per-example columns: flag bits, allocation, huge pages, prefetching, memory |
 //! | `compact.rs` | an example's RDP evaluated from its compact form (issue 27) |
+//! | `pass.rs` | every example's epsilon at once (releases, views), vectorised, bit for bit `compact.rs` |
 //! | `step.rs` | one step's validation and accrual (spec §3.2–§3.4), refreshes (§3.5), compaction |
 //! | `parts.rs` | exactly once, in order: retries and the retry window, multi-part steps |
 //! | `shuffle.rs` | shuffle mode's epochs and its worst case (spec §2, shuffled batches) |
@@ -50,6 +51,7 @@ mod compact;
 mod flat;
 mod levels;
 mod parts;
+mod pass;
 mod query;
 mod releases;
 mod retirement;
@@ -132,6 +134,9 @@ pub struct Ledger {
     /// (held for the ledger's life: every example's RDP is evaluated from them,
     /// `compact.rs`).
     seg_tables: Vec<Arc<RdpTable>>,
+    /// The table row of each `(segment, level)` pair of the level history, for
+    /// the all-epsilons pass (`pass.rs`); synced after every change of state.
+    pair_rows: pass::PairRows,
     /// The latest step's hyperparameters (the defaults before step 0).
     current: StepParams,
     /// The dataset's default hyperparameters.
@@ -223,6 +228,7 @@ impl Ledger {
             flags: try_filled(n, initial_flags)?,
             accrual,
             seg_tables: Vec::new(),
+            pair_rows: pass::PairRows::default(),
             default: current.clone(),
             current,
             next_step: 0,
@@ -328,6 +334,32 @@ impl Ledger {
                 self.tables.get(&self.grid, mechanism, &self.orders)
             };
             self.seg_tables.push(table);
+        }
+    }
+
+    /// Copy the rows of the level history's new `(segment, level)` pairs for the
+    /// all-epsilons pass (`O(1)` when there are none). Called at the end of
+    /// every change of state that can close a run; one missed would only send
+    /// the pass to the per-example evaluation, never change a value.
+    fn sync_pair_rows(&mut self) {
+        self.pair_rows.sync(&self.levels, &self.seg_tables, self.m);
+    }
+
+    /// The all-epsilons pass at `at` (`pass.rs`) with `release` and `conv`.
+    fn pass<'a>(
+        &'a self,
+        at: compact::At,
+        release: &'a [f64],
+        conv: &'a crate::ledger::convert::Converter,
+    ) -> pass::Pass<'a> {
+        pass::Pass {
+            eval: self.eval(),
+            rows: &self.pair_rows,
+            at,
+            release,
+            conv,
+            bucket: &self.bucket,
+            flags: &self.flags,
         }
     }
 

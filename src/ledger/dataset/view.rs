@@ -293,24 +293,10 @@ impl Ledger {
     fn compute_view_epsilons(&self, view: &EpochView, ids: Range<usize>, out: &mut Vec<f64>) {
         let conv = Converter::new(&self.orders, view.delta, view.conversion);
         let m = self.m;
-        let eval = self.eval();
-        let mut rdp = vec![0.0; m];
-        for i in ids {
-            match view.saved(i, m) {
-                Some(row) => rdp.copy_from_slice(row),
-                None => eval.own_into(
-                    i,
-                    self.bucket[i],
-                    self.flags[i],
-                    At::Before(view.token.step),
-                    &mut rdp,
-                ),
-            }
-            for (o, &r) in rdp.iter_mut().zip(&view.release) {
-                *o += r;
-            }
-            out.push(conv.epsilon(&rdp).epsilon);
-        }
+        // An example changed since the view opened reads its saved row, any
+        // other its live state as before the view's step (`pass.rs`).
+        let pass = self.pass(At::Before(view.token.step), &view.release, &conv);
+        out.extend(pass.collect(ids, |i| view.saved(i, m), |e| e.epsilon));
     }
 
     /// Before a compaction rewrites every example: compute the open view's
