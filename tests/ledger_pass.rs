@@ -176,7 +176,9 @@ fn a_pass_split_over_threads_agrees_too() {
     let all = ledger.epsilons(1e-5, Conversion::Improved).unwrap();
     assert_eq!(all.len() as u64, n);
     for (id, e) in all.iter().enumerate() {
-        let one = ledger.privacy(id as u64, 1e-5, Conversion::Improved).unwrap();
+        let one = ledger
+            .privacy(id as u64, 1e-5, Conversion::Improved)
+            .unwrap();
         assert_eq!(
             (e.epsilon.to_bits(), e.order.to_bits()),
             (one.epsilon.to_bits(), one.order.to_bits()),

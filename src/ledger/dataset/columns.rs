@@ -104,7 +104,6 @@ impl Ledger {
             + self.since.capacity() * 8
             + self.flags.capacity()
             + self.seg_tables.capacity() * 8
-            + self.pair_rows.bytes()
             + self.release.capacity() * 8
             + self.pld.bytes()
             + self.levels.bytes() as usize;

@@ -134,9 +134,6 @@ pub struct Ledger {
     /// (held for the ledger's life: every example's RDP is evaluated from them,
     /// `compact.rs`).
     seg_tables: Vec<Arc<RdpTable>>,
-    /// The table row of each `(segment, level)` pair of the level history, for
-    /// the all-epsilons pass (`pass.rs`); synced after every change of state.
-    pair_rows: pass::PairRows,
     /// The latest step's hyperparameters (the defaults before step 0).
     current: StepParams,
     /// The dataset's default hyperparameters.
@@ -228,7 +225,6 @@ impl Ledger {
             flags: try_filled(n, initial_flags)?,
             accrual,
             seg_tables: Vec::new(),
-            pair_rows: pass::PairRows::default(),
             default: current.clone(),
             current,
             next_step: 0,
@@ -337,14 +333,6 @@ impl Ledger {
         }
     }
 
-    /// Copy the rows of the level history's new `(segment, level)` pairs for the
-    /// all-epsilons pass (`O(1)` when there are none). Called at the end of
-    /// every change of state that can close a run; one missed would only send
-    /// the pass to the per-example evaluation, never change a value.
-    fn sync_pair_rows(&mut self) {
-        self.pair_rows.sync(&self.levels, &self.seg_tables, self.m);
-    }
-
     /// The all-epsilons pass at `at` (`pass.rs`) with `release` and `conv`.
     fn pass<'a>(
         &'a self,
@@ -354,7 +342,6 @@ impl Ledger {
     ) -> pass::Pass<'a> {
         pass::Pass {
             eval: self.eval(),
-            rows: &self.pair_rows,
             at,
             release,
             conv,

@@ -9,9 +9,11 @@
 //! zero and rounded up by the same factor, then the open run's prefix difference
 //! (the same function), the release offset, and the conversion. Only the shape
 //! of the code differs, so that it runs at memory speed:
-//! - each distinct `(segment, level)` pair's table row is copied once into one
-//!   contiguous array ([`PairRows`], indexed by pair id), so an entry costs one
-//!   row read instead of a pair lookup, a table pointer and a bounds check;
+//! - each run looks up every distinct `(segment, level)` pair's table row once
+//!   (a few thousand references, indexed by pair id), so an entry costs one
+//!   load instead of a pair lookup, a table pointer and a bounds check;
+//! - the examples' lists (each its own allocation) are prefetched a few
+//!   examples ahead;
 //! - at the ledger's usual 64 orders the row is a fixed-size array held in
 //!   registers (`[f64; 64]`) and the loops over the orders vectorise;
 //! - on x86-64 processors with AVX-512 (or AVX2) the pass is compiled a second
@@ -20,61 +22,20 @@
 //!   any value (`tests/ledger_memory.rs` compares the pass with the per-example
 //!   query bit for bit).
 //!
-//! Any other number of orders, a history whose rows are not yet cached, and
-//! shuffle mode's top-only examples (summed charge by charge) take the
+//! Any other number of orders, and shuffle mode's top-only examples (summed charge by charge) take the
 //! per-example evaluation itself.
 
 use super::columns::{ALL_TOP, RETIRED};
 use super::compact::{At, Eval};
-use super::levels::{entries, round_up_factor, LevelHistory};
+use super::levels::{entries, round_up_factor};
 use crate::accounting::conversion::EpsilonAtOrder;
-use crate::accounting::table::RdpTable;
 use crate::ledger::convert::Converter;
 use std::ops::Range;
-use std::sync::Arc;
-
-/// The table row of every distinct `(segment, level)` pair the level history
-/// has numbered, by pair id, in one allocation (`#orders` values each). Kept in
-/// step with the history by [`PairRows::sync`]: a few thousand rows on a
-/// training run (about 0.5 KB each at 64 orders), at most the size of the
-/// tables the ledger holds anyway.
-#[derive(Debug, Clone, Default)]
-pub(super) struct PairRows {
-    rows: Vec<f64>,
-    /// Pairs copied so far.
-    pairs: usize,
-}
-
-impl PairRows {
-    /// Copy the rows of the pairs numbered since the last call (`O(1)` when
-    /// none were). `tables[s]` is the table of segment `s`.
-    pub(super) fn sync(&mut self, levels: &LevelHistory, tables: &[Arc<RdpTable>], m: usize) {
-        let total = levels.pair_count();
-        if total < self.pairs {
-            // A different history (a reload): start over.
-            *self = Self::default();
-        }
-        while self.pairs < total {
-            let (segment, level) = levels.pair(self.pairs as u32);
-            let Some(table) = tables.get(segment as usize) else {
-                return; // its table is not there yet: the pass evaluates per example
-            };
-            self.rows.extend_from_slice(&table.row(level)[..m]);
-            self.pairs += 1;
-        }
-    }
-
-    /// Heap bytes held.
-    pub(super) fn bytes(&self) -> usize {
-        self.rows.capacity() * 8
-    }
-}
 
 /// One pass's fixed inputs: the evaluation, the step it reads at, the release
 /// offset and the conversion.
 pub(super) struct Pass<'a> {
     pub(super) eval: Eval<'a>,
-    pub(super) rows: &'a PairRows,
     pub(super) at: At,
     pub(super) release: &'a [f64],
     pub(super) conv: &'a Converter,
@@ -108,8 +69,7 @@ impl Pass<'_> {
         emit: impl FnMut(EpsilonAtOrder),
     ) {
         let m = self.release.len();
-        let fast = m == ORDERS && self.rows.pairs >= self.eval.levels.pair_count();
-        if !fast {
+        if m != ORDERS {
             return self.run_general(ids, saved, emit);
         }
         #[cfg(target_arch = "x86_64")]
@@ -206,8 +166,16 @@ impl Pass<'_> {
     ) {
         const M: usize = ORDERS;
         let release: &[f64; M] = self.release.try_into().expect("M orders");
-        let rows = &self.rows.rows[..];
         let levels = self.eval.levels;
+        // Every pair's row, by pair id (its segment's table is there: the
+        // ledger syncs its tables before a step numbers a pair of it).
+        let rows: Vec<&[f64; M]> = (0..levels.pair_count() as u32)
+            .map(|pid| {
+                let (segment, level) = levels.pair(pid);
+                let row = self.eval.tables[segment as usize].row(level);
+                row.try_into().expect("M orders")
+            })
+            .collect();
         let (st, now) = match (self.eval.prefix, self.at) {
             (Some(p), At::Now(t)) => (p.index_of(t), t),
             (Some(p), At::Before(t)) => (p.index_before(t), t),
@@ -225,7 +193,7 @@ impl Pass<'_> {
                         prefix.prefix_in(st, now, self.eval.top, &mut acc);
                     }
                     Some(prefix) => {
-                        settle(levels.list(i), rows, &mut acc);
+                        settle(levels.list(i), &rows, &mut acc);
                         if f & RETIRED == 0 {
                             prefix.difference_in(st, levels.run_start(i), now, b, &mut acc);
                         }
@@ -233,7 +201,7 @@ impl Pass<'_> {
                     None if self.eval.shuffled_top_only(i).is_some() => {
                         self.eval.own_into(i, b, f, self.at, &mut acc);
                     }
-                    None => settle(levels.list(i), rows, &mut acc),
+                    None => settle(levels.list(i), &rows, &mut acc),
                 }
             }
             for (a, &r) in acc.iter_mut().zip(release) {
@@ -267,22 +235,25 @@ impl Pass<'_> {
 }
 
 /// `acc =` the closed counts of `list` as RDP, rounded up: bit for bit
-/// [`LevelHistory::settled_into`] (the same products, summed in the same order
-/// from zero, times the same factor), with each pair's row read from `rows`.
+/// `LevelHistory::settled_into` (the same products, summed in the same order
+/// from zero, times the same factor), with pair `p`'s row at `rows[p]`.
+/// The sum is a local array that nothing else sees, so that it stays in
+/// registers over the entries (`acc` is passed on by reference afterwards).
 #[inline(always)]
-fn settle<const M: usize>(list: &[u32], rows: &[f64], acc: &mut [f64; M]) {
+fn settle<const M: usize>(list: &[u32], rows: &[&[f64; M]], acc: &mut [f64; M]) {
+    let mut sum = [0.0f64; M];
     for (pid, count) in entries(list) {
-        let start = pid as usize * M;
-        let row: &[f64; M] = rows[start..start + M].try_into().expect("M orders");
+        let row = rows[pid as usize];
         let c = count as f64;
-        for (a, &r) in acc.iter_mut().zip(row) {
+        for (a, &r) in sum.iter_mut().zip(row) {
             *a += c * r;
         }
     }
     if !list.is_empty() {
         let up = round_up_factor(list.len());
-        for a in acc.iter_mut() {
+        for a in sum.iter_mut() {
             *a *= up;
         }
     }
+    *acc = sum;
 }

@@ -52,7 +52,6 @@ impl Ledger {
             f.predicted[i] = NEVER;
         }
         self.retired += 1;
-        self.sync_pair_rows();
     }
 
     /// Refresh the filter's bound on the next step's charge at `alpha*`: the larger

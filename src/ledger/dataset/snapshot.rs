@@ -296,8 +296,6 @@ impl Ledger {
         }
         ledger.seg_tables.clear();
         ledger.sync_seg_tables();
-        ledger.pair_rows = Default::default();
-        ledger.sync_pair_rows();
         Ok(ledger)
     }
 }

@@ -268,7 +268,6 @@ impl Ledger {
             self.filter_pop_due()
         };
         self.maybe_compact();
-        self.sync_pair_rows();
         retired
     }
 
@@ -302,7 +301,6 @@ impl Ledger {
             self.bucket[i] = kg;
         }
         let retired = self.filter_after_refresh(ids);
-        self.sync_pair_rows();
         let mut thresholds = thresholds;
         if !retired.is_empty() {
             // Like a step's answer: an id this refresh retired has threshold 0.
@@ -371,6 +369,5 @@ impl Ledger {
             }
             prefix.drop_old_segments();
         }
-        self.sync_pair_rows();
     }
 }
