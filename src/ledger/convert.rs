@@ -43,6 +43,11 @@ impl Converter {
         }
     }
 
+    /// Heap bytes held (a view keeps one for its release).
+    pub(crate) fn bytes(&self) -> usize {
+        (self.orders.capacity() + self.add.capacity() + self.sub.capacity()) * 8
+    }
+
     /// The optimal epsilon (clamped at 0) and its order, as `epsilon_from_rdp`.
     pub(crate) fn epsilon(&self, rdp: &[f64]) -> EpsilonAtOrder {
         let mut best = EpsilonAtOrder {
