@@ -43,6 +43,11 @@ impl Converter {
         }
     }
 
+    /// Heap bytes held (a view keeps one for its release).
+    pub(crate) fn bytes(&self) -> usize {
+        (self.orders.capacity() + self.add.capacity() + self.sub.capacity()) * 8
+    }
+
     /// The optimal epsilon (clamped at 0) and its order, as `epsilon_from_rdp`.
     pub(crate) fn epsilon(&self, rdp: &[f64]) -> EpsilonAtOrder {
         let mut best = EpsilonAtOrder {
@@ -68,6 +73,71 @@ impl Converter {
         best.epsilon = best.epsilon.max(0.0);
         best
     }
+
+    /// [`Converter::epsilon`] for exactly `M` orders, bit for bit (same value,
+    /// same order), written so that it vectorises: every order's epsilon is
+    /// computed by the same two operations, the minimum is taken lane-wise
+    /// (`if e < b { b = e }` never picks a NaN, as the scalar scan), and the
+    /// order reported is the first whose epsilon equals the minimum, which is
+    /// the one the scalar scan's strict `<` keeps. The all-epsilons pass
+    /// (`ledger/dataset/pass.rs`) calls it once per example.
+    #[inline(always)]
+    pub(crate) fn epsilon_fixed<const M: usize>(&self, rdp: &[f64; M]) -> EpsilonAtOrder {
+        const LANES: usize = 8;
+        let add: &[f64; M] = self.add[..M].try_into().expect("M orders");
+        let sub: &[f64; M] = self.sub[..M].try_into().expect("M orders");
+        let mut eps = [0.0f64; M];
+        match self.conversion {
+            Conversion::Improved => {
+                for j in 0..M {
+                    let r = rdp[j];
+                    eps[j] = if r.is_finite() {
+                        r + add[j] - sub[j]
+                    } else {
+                        f64::INFINITY
+                    };
+                }
+            }
+            Conversion::Classic => {
+                for j in 0..M {
+                    let r = rdp[j];
+                    eps[j] = if r.is_finite() {
+                        r - sub[j]
+                    } else {
+                        f64::INFINITY
+                    };
+                }
+            }
+        }
+        let mut lanes = [f64::INFINITY; LANES];
+        let whole = M - M % LANES;
+        for chunk in eps[..whole].chunks_exact(LANES) {
+            for (b, &e) in lanes.iter_mut().zip(chunk) {
+                if e < *b {
+                    *b = e;
+                }
+            }
+        }
+        let mut min = f64::INFINITY;
+        for &e in lanes.iter().chain(&eps[whole..]) {
+            if e < min {
+                min = e;
+            }
+        }
+        if min < f64::INFINITY {
+            // `min` is one of the values, so some order equals it.
+            let j = eps.iter().position(|&e| e == min).unwrap_or(0);
+            EpsilonAtOrder {
+                epsilon: eps[j].max(0.0),
+                order: self.orders[j],
+            }
+        } else {
+            EpsilonAtOrder {
+                epsilon: f64::INFINITY.max(0.0),
+                order: self.orders.first().copied().unwrap_or(f64::NAN),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +160,62 @@ mod tests {
                     assert_eq!(fast.epsilon.to_bits(), slow.epsilon.to_bits());
                     assert_eq!(fast.order, slow.order);
                 }
+            }
+        }
+    }
+
+    /// The vectorised form agrees with the scalar scan bit for bit, ties,
+    /// signed zeros, NaN and infinities included.
+    #[test]
+    fn fixed_width_form_is_the_scalar_scan() {
+        let orders = ledger_orders();
+        assert_eq!(orders.len(), 64);
+        let specials = [
+            0.0,
+            -0.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+            f64::MAX,
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for conversion in [Conversion::Improved, Conversion::Classic] {
+            for &delta in &[1e-5, 0.3, 1e-12] {
+                let c = Converter::new(&orders, delta, conversion);
+                for case in 0..4000 {
+                    let scale = [0.0, 1e-9, 1e-3, 0.1, 7.0, 1e4][case % 6];
+                    let mut rdp = [0.0f64; 64];
+                    for (j, r) in rdp.iter_mut().enumerate() {
+                        *r = scale * orders[j] * (1.0 + orders[j].sin());
+                    }
+                    // Perturb a few orders: specials, ties with a neighbour, or
+                    // values that make an arbitrary order the minimum.
+                    for _ in 0..(next() % 5) {
+                        let j = (next() % 64) as usize;
+                        rdp[j] = match next() % 4 {
+                            0 => specials[(next() % specials.len() as u64) as usize],
+                            1 => rdp[(j + 1) % 64],
+                            2 => -c.add[j] + c.sub[j],
+                            _ => f64::from_bits(next() >> 2),
+                        };
+                    }
+                    let fast = c.epsilon_fixed(&rdp);
+                    let slow = c.epsilon(&rdp);
+                    assert_eq!(fast.epsilon.to_bits(), slow.epsilon.to_bits(), "{rdp:?}");
+                    assert_eq!(fast.order.to_bits(), slow.order.to_bits(), "{rdp:?}");
+                }
+                let all_nan = [f64::NAN; 64];
+                assert_eq!(
+                    c.epsilon_fixed(&all_nan).order.to_bits(),
+                    c.epsilon(&all_nan).order.to_bits()
+                );
             }
         }
     }

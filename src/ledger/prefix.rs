@@ -138,6 +138,7 @@ impl PrefixSums {
     }
 
     /// Index of the segment holding step `s` (the last one starting at or before it).
+    #[inline]
     pub(crate) fn index_of(&self, s: u64) -> usize {
         self.segments
             .partition_point(|seg| seg.start <= s)
@@ -155,6 +156,7 @@ impl PrefixSums {
     /// view of the ledger at step `t` reads through it, so that a segment begun
     /// at `t` later (new hyperparameters) changes none of its values, not even
     /// their rounding.
+    #[inline]
     pub(crate) fn index_before(&self, t: u64) -> usize {
         self.segments
             .partition_point(|seg| seg.start < t)
@@ -162,6 +164,7 @@ impl PrefixSums {
     }
 
     /// [`PrefixSums::prefix_into`] through segment `st` (which holds `t`).
+    #[inline]
     pub(crate) fn prefix_in(&self, st: usize, t: u64, k: u32, out: &mut [f64]) {
         let seg = &self.segments[st];
         let m = self.orders;
@@ -175,6 +178,7 @@ impl PrefixSums {
 
     /// `acc += P(t)[k] - P(since)[k]` for `since <= t` with `P(t)` through segment
     /// `st`: what an example at bucket `k` accrued over steps `since..t`.
+    #[inline]
     pub(crate) fn difference_in(&self, st: usize, since: u64, t: u64, k: u32, acc: &mut [f64]) {
         let seg_t = &self.segments[st];
         let row_t = seg_t.table.row(k);

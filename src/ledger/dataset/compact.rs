@@ -69,7 +69,7 @@ impl Eval<'_> {
     /// bit for bit when the example was charged at every epoch's top (as a dense
     /// row summed per charge did).
     #[inline]
-    fn shuffled_top_only(&self, i: usize) -> Option<(&[f64], u64)> {
+    pub(super) fn shuffled_top_only(&self, i: usize) -> Option<(&[f64], u64)> {
         let (segment, level, count) = self.levels.single_entry(i)?;
         (level == self.top && count <= SHUFFLED_TOP_SEQUENTIAL)
             .then(|| (self.tables[segment as usize].row(level), count))

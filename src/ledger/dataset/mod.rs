@@ -33,6 +33,7 @@
 //! | `mod.rs` | the [`Ledger`] struct, its creation and accessors |
 //! | `columns.rs` | per-example columns: flag bits, allocation, huge pages, prefetching, memory |
 //! | `compact.rs` | an example's RDP evaluated from its compact form (issue 27) |
+//! | `pass.rs` | every example's epsilon at once (releases, views), vectorised, bit for bit `compact.rs` |
 //! | `step.rs` | one step's validation and accrual (spec §3.2–§3.4), refreshes (§3.5), compaction |
 //! | `parts.rs` | exactly once, in order: retries and the retry window, multi-part steps |
 //! | `shuffle.rs` | shuffle mode's epochs and its worst case (spec §2, shuffled batches) |
@@ -50,6 +51,7 @@ mod compact;
 mod flat;
 mod levels;
 mod parts;
+mod pass;
 mod query;
 mod releases;
 mod retirement;
@@ -328,6 +330,23 @@ impl Ledger {
                 self.tables.get(&self.grid, mechanism, &self.orders)
             };
             self.seg_tables.push(table);
+        }
+    }
+
+    /// The all-epsilons pass at `at` (`pass.rs`) with `release` and `conv`.
+    fn pass<'a>(
+        &'a self,
+        at: compact::At,
+        release: &'a [f64],
+        conv: &'a crate::ledger::convert::Converter,
+    ) -> pass::Pass<'a> {
+        pass::Pass {
+            eval: self.eval(),
+            at,
+            release,
+            conv,
+            bucket: &self.bucket,
+            flags: &self.flags,
         }
     }
 

@@ -188,13 +188,10 @@ impl Ledger {
     ) -> Result<Vec<EpsilonAtOrder>, LedgerError> {
         Self::check_delta(delta)?;
         let conv = Converter::new(&self.orders, delta, conversion);
-        let mut rdp = vec![0.0; self.m];
-        let mut out = Vec::with_capacity(self.n);
-        for i in 0..self.n {
-            self.rdp_into(i, &mut rdp);
-            out.push(conv.epsilon(&rdp));
-        }
-        Ok(out)
+        // Bit for bit `rdp_into` and the conversion, example by example (`pass.rs`).
+        Ok(self
+            .pass(At::Now(self.next_step), &self.release, &conv)
+            .collect(0..self.n, |_| None, |e| e))
     }
 
     /// Epsilon of every example, by id: `O(n × #orders)` (for DP releases of

@@ -71,10 +71,10 @@ impl std::hash::Hasher for IdHasher {
 #[derive(Debug)]
 pub(super) struct EpochView {
     token: ViewToken,
-    /// The release's `delta` and conversion, fixed when the view opens (a
-    /// compaction computes the view's epsilons ahead with them).
-    delta: f64,
-    conversion: Conversion,
+    /// The conversion constants of the release's `delta` and conversion, fixed
+    /// when the view opens (a compaction computes the view's epsilons ahead
+    /// with them), computed once for all the chunks read.
+    conv: Converter,
     /// Epsilons computed ahead by a compaction, for the examples from the first
     /// number on; once present the view reads only these and saves nothing.
     ahead: Option<(usize, Vec<f64>)>,
@@ -98,8 +98,7 @@ impl Clone for EpochView {
     fn clone(&self) -> Self {
         EpochView {
             token: self.token,
-            delta: self.delta,
-            conversion: self.conversion,
+            conv: self.conv.clone(),
             ahead: self.ahead.clone(),
             release: self.release.clone(),
             changed: self.changed.clone(),
@@ -152,6 +151,7 @@ impl EpochView {
             + self.slot.capacity() * 16
             + self.changed.capacity() * 8
             + self.release.capacity() * 8
+            + self.conv.bytes()
             + self.ahead.as_ref().map_or(0, |(_, e)| e.capacity() * 8)
     }
 }
@@ -214,8 +214,7 @@ impl Ledger {
         };
         self.view = Some(EpochView {
             token,
-            delta,
-            conversion,
+            conv: Converter::new(&self.orders, delta, conversion),
             ahead: None,
             release: self.release.clone(),
             changed: vec![0; self.n.div_ceil(64)],
@@ -291,26 +290,11 @@ impl Ledger {
     /// The view's epsilons of `ids` from the saved and live state: the one
     /// computation behind reading a view and settling it.
     fn compute_view_epsilons(&self, view: &EpochView, ids: Range<usize>, out: &mut Vec<f64>) {
-        let conv = Converter::new(&self.orders, view.delta, view.conversion);
         let m = self.m;
-        let eval = self.eval();
-        let mut rdp = vec![0.0; m];
-        for i in ids {
-            match view.saved(i, m) {
-                Some(row) => rdp.copy_from_slice(row),
-                None => eval.own_into(
-                    i,
-                    self.bucket[i],
-                    self.flags[i],
-                    At::Before(view.token.step),
-                    &mut rdp,
-                ),
-            }
-            for (o, &r) in rdp.iter_mut().zip(&view.release) {
-                *o += r;
-            }
-            out.push(conv.epsilon(&rdp).epsilon);
-        }
+        // An example changed since the view opened reads its saved row, any
+        // other its live state as before the view's step (`pass.rs`).
+        let pass = self.pass(At::Before(view.token.step), &view.release, &view.conv);
+        out.extend(pass.collect(ids, |i| view.saved(i, m), |e| e.epsilon));
     }
 
     /// Before a compaction rewrites every example: compute the open view's
