@@ -244,7 +244,11 @@ mod tests {
         for k in -600..=600 {
             let z = k as f64 / 50.0;
             let x = z / std::f64::consts::SQRT_2;
-            assert_eq!(normal_sf(z).to_bits(), (0.5 * libm::erfc(x)).to_bits(), "{z}");
+            assert_eq!(
+                normal_sf(z).to_bits(),
+                (0.5 * libm::erfc(x)).to_bits(),
+                "{z}"
+            );
             let (g, e) = (
                 normal_sf_with(Precision::Guarantee, z),
                 normal_sf_with(Precision::Estimate, z),
