@@ -264,6 +264,12 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
         "release_budget",
     );
     refused(json!({"id": "s~0", "config": c, "shards": 2}), "id");
+    // A bad label is refused before the name is taken (the good creation of
+    // "s" below then succeeds).
+    refused(
+        json!({"id": "s", "config": c, "shards": 3, "labels": ["a", "", null, "c"]}),
+        "labels",
+    );
     // Nobody creates a shard by hand.
     let r = create(0, json!({"id": "x~0", "config": c}));
     assert_eq!(r.status, 400, "{:?}", r.body);
@@ -378,6 +384,31 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
         };
         assert_eq!(r.status, 403, "{method} {path}: {:?}", r.body);
     }
+    // Nor can a change reach one shard by its own id, on any node (it would
+    // charge or change that shard alone): only reads and step parts pass.
+    for node in 0..cluster.nodes.len() {
+        for (method, path) in [
+            ("POST", "/releases"),
+            ("POST", "/refresh"),
+            ("PUT", "/labels"),
+            ("POST", "/archive"),
+        ] {
+            let url = format!("{}/v1/datasets/s~6{path}", via(node));
+            let r = match method {
+                "PUT" => put(&url, Some(&curator), &json!({})),
+                _ => post(&url, Some(&curator), &json!({})),
+            };
+            assert_eq!(
+                r.status, 409,
+                "node {node}: {method} s~6{path}: {:?}",
+                r.body
+            );
+            assert_eq!(r.body["type"], "urn:dpledger:problem:sharded-unsupported");
+        }
+    }
+    let view = get(&format!("{}/v1/datasets/s", via(1)), Some(&admin));
+    assert_eq!(view.status, 200, "{:?}", view.body);
+    assert_ne!(view.body["archived"], true, "{:?}", view.body);
     assert_eq!(get(&format!("{}/v1/datasets/s", via(0)), None).status, 401);
     assert_eq!(
         get(&format!("{}/v1/datasets/s/nothing", via(0)), Some(&admin)).status,

@@ -234,14 +234,28 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     if let Some(layout) = node.known_layout(&id) {
         return super::shard_routes::serve(state.clone(), node, layout, request).await;
     }
+    if let Some(refusal) = super::shard_routes::refuse_shard_change(&id, &request) {
+        return refusal;
+    }
     if state.engine.serves(&id) {
         return next.run(request).await;
     }
     let lease = node.lease_of(&id).await;
     let Some(lease) = lease else {
         // No lease: a sharded dataset (its shards have the leases), or none.
-        if let Ok(Some(layout)) = node.layout_of(&id).await {
-            return super::shard_routes::serve(state.clone(), node, layout, request).await;
+        match node.layout_of(&id).await {
+            Ok(Some(layout)) => {
+                return super::shard_routes::serve(state.clone(), node, layout, request).await;
+            }
+            Ok(None) => {}
+            // Not knowing is not "no such dataset": retry once the store answers.
+            Err(_) => {
+                return Problem::not_owner(
+                    format!("the layout of {id:?} could not be read from the store now: retry"),
+                    None,
+                )
+                .into_response();
+            }
         }
         // No lease: no such dataset anywhere. The handler authorises first
         // (a caller without a role learns nothing), then its refusal becomes 404.

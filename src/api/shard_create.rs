@@ -80,6 +80,18 @@ async fn create_inner(
                 .with_field("labels"),
         );
     }
+    // Every shard checks its slice of the labels again; checking the whole
+    // list before the layout is recorded keeps a bad label from taking the
+    // name with shards that can never all be created.
+    if let Some(labels) = &body.labels {
+        let whole = crate::release::LabelAssignment {
+            ids: (0..labels.len() as u64).collect(),
+            labels: labels.clone(),
+        };
+        crate::release::Labels::default()
+            .check(n, &whole)
+            .map_err(crate::engine::EngineError::from)?;
+    }
     let spec = serde_json::to_string(&json!({"config": body.config, "labels": body.labels}))
         .map_err(|e| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let row = LayoutRow {

@@ -281,7 +281,19 @@ async fn serve_inner(
                 )])
                 .await?;
             let mut value: Value = parse(&answer[0]).map_err(|e| *e)?;
-            value["example"]["id"] = json!(example);
+            // The shard answers with its local id; the caller asked for the
+            // dataset's (an answer of another shape is the shard's fault: 502).
+            let Some(slot) = value
+                .get_mut("example")
+                .and_then(Value::as_object_mut)
+                .and_then(|e| e.get_mut("id"))
+            else {
+                return Err(problem(Problem::internal(
+                    StatusCode::BAD_GATEWAY,
+                    "a shard's privacy answer has no example id",
+                )));
+            };
+            *slot = json!(example);
             Ok(json_response(StatusCode::OK, &value))
         }
         (Method::GET, ["worst-case"]) => {
@@ -318,6 +330,33 @@ async fn serve_inner(
             &segments,
         ))),
     }
+}
+
+/// A change sent straight to one shard `{d}~{start}` that its dataset refuses
+/// (`409 sharded-unsupported`): releases, refreshes, labels, budgets or archiving
+/// on one shard would charge or change it alone. Reads and step parts (what a
+/// node sends its shards) pass; a step part sent to one shard by hand is a
+/// part of that shard's step, accounted as such.
+pub(super) fn refuse_shard_change(id: &str, request: &Request) -> Option<Response> {
+    let (dataset, _) = crate::engine::cluster::parse_shard_id(id)?;
+    let path = request.uri().path();
+    let is_step = path.ends_with("/steps") && *request.method() == Method::POST;
+    if *request.method() == Method::GET || is_step {
+        return None;
+    }
+    Some(
+        Problem::new(
+            StatusCode::CONFLICT,
+            "sharded-unsupported",
+            format!(
+                "{} {path}: {id:?} is a shard of the sharded dataset {dataset:?}; changes other \
+                 than steps go to the dataset (releases, refreshes, labels, budgets and \
+                 archiving are not yet merged across shards; see docs/cluster.md)",
+                request.method()
+            ),
+        )
+        .into_response(),
+    )
 }
 
 /// Any other endpoint of a sharded dataset: authorised as it would be, then

@@ -34,8 +34,11 @@ fn bad(field: &'static str, detail: String) -> EngineError {
 }
 
 /// Splits `report` by the layout's ranges; refuses what cannot be split (ids
-/// and norms of different lengths, an id outside the dataset). Everything
-/// else is each shard's ledger's to judge.
+/// and norms of different lengths, an id outside the dataset) and what every
+/// shard would refuse for its own part (a norm that is not finite or is
+/// negative, an id twice), before any shard sees the step: otherwise one
+/// shard's refusal could follow the others' acceptance, and the step would be
+/// applied in part. What depends on a shard's state is its ledger's to judge.
 pub fn split_step(layout: &ShardLayout, report: &StepReport) -> EngineResult<SplitStep> {
     if report.ids.len() != report.norms.len() {
         return Err(bad(
@@ -46,6 +49,26 @@ pub fn split_step(layout: &ShardLayout, report: &StepReport) -> EngineResult<Spl
                 report.ids.len()
             ),
         ));
+    }
+    if let Some((j, g)) = report
+        .norms
+        .iter()
+        .enumerate()
+        .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
+    {
+        return Err(bad(
+            "norms",
+            format!("norms[{j}] = {g}: every norm must be a finite number >= 0"),
+        ));
+    }
+    let mut seen = std::collections::HashMap::with_capacity(report.ids.len());
+    for (j, &id) in report.ids.iter().enumerate() {
+        if let Some(first) = seen.insert(id, j) {
+            return Err(bad(
+                "ids",
+                format!("id {id} appears twice in one report (ids[{first}] and ids[{j}])"),
+            ));
+        }
     }
     let k = layout.ranges.len();
     let mut parts: Vec<StepReport> = (0..k)
@@ -235,6 +258,21 @@ mod tests {
         let l = layout(10, 2);
         assert!(split_step(&l, &StepReport::new(0, vec![10], vec![1.0])).is_err());
         assert!(split_step(&l, &StepReport::new(0, vec![1], vec![])).is_err());
+        // What every shard would refuse is refused before any shard sees it, so
+        // no shard applies a step another refuses (ids in different shards).
+        for (ids, norms, field) in [
+            (vec![1, 9], vec![0.5, -1.0], "norms"),
+            (vec![1, 9], vec![f64::NAN, 0.5], "norms"),
+            (vec![1, 9], vec![0.5, f64::INFINITY], "norms"),
+            (vec![9, 1, 9], vec![0.5, 0.5, 0.5], "ids"),
+        ] {
+            match split_step(&l, &StepReport::new(0, ids.clone(), norms)) {
+                Err(EngineError::BadRequest { field: Some(f), .. }) => {
+                    assert_eq!(f, field, "{ids:?}")
+                }
+                other => panic!("{ids:?}: {other:?}"),
+            }
+        }
         let split = split_step(&l, &StepReport::new(0, vec![1], vec![1.0])).unwrap();
         let wrong = StepOutcome {
             step: 0,
