@@ -409,6 +409,41 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     let view = get(&format!("{}/v1/datasets/s", via(1)), Some(&admin));
     assert_eq!(view.status, 200, "{:?}", view.body);
     assert_ne!(view.body["archived"], true, "{:?}", view.body);
+    // A bad norm in one shard's range is refused before any shard applies
+    // the step (it would otherwise be applied in part).
+    let r = step(
+        &trainer,
+        json!({"step": 1, "ids": [1, 9], "norms": [0.5, -1.0]}),
+    );
+    assert_eq!(
+        (r.status, r.body["field"].clone()),
+        (400, json!("norms")),
+        "{:?}",
+        r.body
+    );
+    // What only a shard's state refuses (an id pending in another part of the
+    // step) after other shards applied their part is said to be partial.
+    let r = step(
+        &trainer,
+        json!({"step": 1, "ids": [1], "norms": [0.5], "part": {"index": 0, "count": 2}}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["complete"], false, "{:?}", r.body);
+    let r = step(
+        &trainer,
+        json!({"step": 1, "ids": [1, 7], "norms": [0.5, 0.5], "part": {"index": 1, "count": 2}}),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert_eq!(
+        r.body["type"], "urn:dpledger:problem:partially-applied",
+        "{:?}",
+        r.body
+    );
+    let detail = r.body["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("\"s~0\"") && detail.contains("s~6"),
+        "{detail}"
+    );
     assert_eq!(get(&format!("{}/v1/datasets/s", via(0)), None).status, 401);
     assert_eq!(
         get(&format!("{}/v1/datasets/s/nothing", via(0)), Some(&admin)).status,

@@ -103,6 +103,61 @@ impl Shards {
     /// first failure: a refusal to send or a 5xx first (retryable: the parts
     /// that were applied answer as duplicates), then any other non-2xx.
     async fn send_all(&self, requests: Vec<ShardRequest>) -> Result<Vec<NodeAnswer>, Response> {
+        let mut answers = self.gather(requests).await;
+        match first_failure(&answers) {
+            Some(i) => Err(match answers.swap_remove(i) {
+                Ok(answer) => answer.into_response(),
+                Err(refusal) => refusal,
+            }),
+            None => Ok(answers.into_iter().flatten().collect()),
+        }
+    }
+
+    /// Sends a step's parts; as [`Shards::send_all`], except that a shard's
+    /// final refusal (4xx) after another shard applied its part is answered
+    /// `409 partially-applied`, naming both: the step is then neither whole
+    /// nor absent, which a plain refusal would misstate.
+    async fn send_step_parts(
+        &self,
+        requests: Vec<ShardRequest>,
+    ) -> Result<Vec<NodeAnswer>, Response> {
+        let mut answers = self.gather(requests).await;
+        let Some(i) = first_failure(&answers) else {
+            return Ok(answers.into_iter().flatten().collect());
+        };
+        let applied: Vec<String> = answers
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a, Ok(a) if a.ok()))
+            .map(|(s, _)| self.layout.shard_dataset(s))
+            .collect();
+        let refused = match answers.swap_remove(i) {
+            Ok(answer) if answer.status.is_client_error() && !applied.is_empty() => answer,
+            Ok(answer) => return Err(answer.into_response()),
+            Err(refusal) => return Err(refusal),
+        };
+        let detail = serde_json::from_slice::<Value>(&refused.body)
+            .ok()
+            .and_then(|v| v.get("detail").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default();
+        Err(Problem::new(
+            StatusCode::CONFLICT,
+            "partially-applied",
+            format!(
+                "the step was applied in part: shard {:?} refused its part ({}: {detail}; ids \
+                 and positions there are the shard's own) while {} applied theirs; a retry of \
+                 the same report is answered as a duplicate by those, so correct what the \
+                 shard refused and send that shard's part, or see docs/cluster.md",
+                self.layout.shard_dataset(i),
+                refused.status.as_u16(),
+                applied.join(", ")
+            ),
+        )
+        .into_response())
+    }
+
+    /// Sends every request in parallel; one answer (or refusal to send) each.
+    async fn gather(&self, requests: Vec<ShardRequest>) -> Vec<Result<NodeAnswer, Response>> {
         let tasks: Vec<_> = requests
             .into_iter()
             .map(|r| {
@@ -121,20 +176,29 @@ impl Shards {
                 .into_response()),
             });
         }
-        let retryable = answers.iter().position(|a| match a {
-            Err(_) => true,
-            Ok(a) => a.status.is_server_error(),
-        });
-        let failed =
-            retryable.or_else(|| answers.iter().position(|a| !matches!(a, Ok(a) if a.ok())));
-        if let Some(i) = failed {
-            return Err(match answers.swap_remove(i) {
-                Ok(answer) => answer.into_response(),
-                Err(refusal) => refusal,
-            });
-        }
-        Ok(answers.into_iter().flatten().collect())
+        answers
     }
+}
+
+/// The worse of two shards' worst cases: the larger epsilon, then the more
+/// steps (on a tie, `b`). Between steps every shard has the same worst case; a
+/// shard ahead (mid-step) or one whose counter a hand-sent part moved has the
+/// larger, and the dataset's worst case is its worst shard's.
+fn worse_of(a: WorstCaseBounds, b: WorstCaseBounds) -> WorstCaseBounds {
+    match a.epsilon.total_cmp(&b.epsilon).then(a.steps.cmp(&b.steps)) {
+        std::cmp::Ordering::Greater => a,
+        _ => b,
+    }
+}
+
+/// The answer to give instead of the shards' when one failed: a retryable one
+/// (no answer, 5xx) first, else the first refusal.
+fn first_failure(answers: &[Result<NodeAnswer, Response>]) -> Option<usize> {
+    let retryable = answers.iter().position(|a| match a {
+        Err(_) => true,
+        Ok(a) => a.status.is_server_error(),
+    });
+    retryable.or_else(|| answers.iter().position(|a| !matches!(a, Ok(a) if a.ok())))
 }
 
 /// A shard's JSON answer, or the refusal to give when it is malformed.
@@ -224,7 +288,7 @@ async fn serve_inner(
                     )
                 })
                 .collect();
-            let answers = shards.send_all(requests).await?;
+            let answers = shards.send_step_parts(requests).await?;
             let outcomes = answers
                 .iter()
                 .map(parse::<StepOutcome>)
@@ -307,15 +371,14 @@ async fn serve_inner(
                 .map(|s| (s, Method::GET, format!("/worst-case{query}"), None))
                 .collect();
             let answers = shards.send_all(requests).await?;
-            // Data-independent: equal on every shard between steps; mid-step,
-            // the shard furthest ahead (never below the truth).
-            let mut bounds = answers
+            // Data-independent: equal on every shard between steps; otherwise
+            // the worst of them (never below the truth).
+            let bounds = answers
                 .iter()
                 .map(parse::<WorstCaseBounds>)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| *e)?;
-            bounds.sort_by_key(|b| b.steps);
-            let worst = bounds.pop().ok_or_else(|| {
+            let worst = bounds.into_iter().reduce(worse_of).ok_or_else(|| {
                 problem(Problem::internal(
                     StatusCode::BAD_GATEWAY,
                     "no shard answered",
@@ -394,8 +457,8 @@ fn unsupported(claims: &Claims, d: &str, method: &str, segments: &[&str]) -> Pro
     )
 }
 
-/// The dataset's view: its shards' statuses merged, the worst case of the
-/// shard furthest ahead, and the shard map.
+/// The dataset's view: its shards' statuses merged, the worst case of its
+/// worst shard (see `worse_of`), and the shard map.
 pub(super) async fn view(shards: &Shards) -> Result<DatasetView, Response> {
     let layout = &shards.layout;
     let requests = (0..layout.ranges.len())
@@ -426,9 +489,10 @@ pub(super) async fn view(shards: &Shards) -> Result<DatasetView, Response> {
                 )
                 .into_response()
             })?;
-        if worst.as_ref().is_none_or(|w| bounds.steps > w.steps) {
-            worst = Some(bounds);
-        }
+        worst = Some(match worst {
+            Some(w) => worse_of(w, bounds),
+            None => bounds,
+        });
         statuses.push(status);
     }
     let leases = shards
