@@ -18,28 +18,6 @@ use std::time::{Duration, Instant};
 
 const MB: u64 = 1_000_000;
 
-/// Waits until node `i`'s view of the cluster (what its lease loop read,
-/// which placement uses) has every node alive, by waiting for two of its
-/// rounds after the map shows them all.
-fn wait_registered(cluster: &Cluster, count: usize) {
-    let started = Instant::now();
-    loop {
-        let map = cluster.map(0);
-        let alive = map["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|n| n["alive"] == true && n["draining"] == false)
-            .count();
-        if alive >= count {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "{map}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(cluster.ttl_ms));
-}
-
 fn node<'a>(map: &'a Value, id: &str) -> &'a Value {
     map["nodes"]
         .as_array()
@@ -61,7 +39,7 @@ fn a_new_dataset_goes_to_the_node_with_most_free_memory_and_every_node_lists_all
     }) else {
         return;
     };
-    wait_registered(&cluster, 3);
+    cluster.wait_active(3);
     let bound = Duration::from_secs(20);
     // Through n1 and through n3: both go to n2, at epoch 1 (created there).
     cluster.create(0, "p1", 40, 0.2);

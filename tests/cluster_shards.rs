@@ -14,7 +14,6 @@ mod common;
 use cluster::*;
 use common::*;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 /// A Poisson configuration with an individual budget small enough that the
 /// filter retires examples during the trace.
@@ -24,33 +23,12 @@ fn config(n: u64, q: f64) -> Value {
     c
 }
 
-/// Waits until node 0 sees all `count` nodes alive, and one more lease round
-/// so that its placement has read them too.
-fn wait_nodes(cluster: &Cluster, count: usize) {
-    let started = Instant::now();
-    loop {
-        let map = cluster.map(0);
-        let alive = map["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|n| n["alive"] == true)
-            .count();
-        if alive == count {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "{map}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(cluster.ttl_ms / 2));
-}
-
 #[test]
 fn a_four_shard_dataset_on_three_nodes_accounts_exactly_like_one_ledger() {
     let Some(cluster) = Cluster::start(3, 4000) else {
         return;
     };
-    wait_nodes(&cluster, 3);
+    cluster.wait_active(3);
     let (n, q, steps) = (60u64, 0.3, 24u64);
     let admin = cluster.admin_token();
     let url = |i: usize, path: &str| format!("{}{path}", cluster.nodes[i % 3].url);

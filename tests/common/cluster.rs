@@ -344,6 +344,28 @@ impl Cluster {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
+    /// Waits until at least `count` nodes are alive and not draining in node
+    /// 0's map, then one lease TTL more (so their heartbeats and free memory
+    /// are there for placement).
+    pub fn wait_active(&self, count: usize) {
+        let started = Instant::now();
+        loop {
+            let map = self.map(0);
+            let active = map["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["alive"] == true && n["draining"] == false)
+                .count();
+            if active >= count {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{map}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(self.ttl_ms));
+    }
+
     /// The map as node `i` answers it.
     pub fn map(&self, i: usize) -> Value {
         let r = get(
