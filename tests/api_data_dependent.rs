@@ -5,8 +5,8 @@
 
 mod common;
 
+use common::analysis_runs::{assert_same_numbers, run_requests};
 use common::*;
-use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -59,48 +59,17 @@ fn make_run(
                 "sampling_rate": q}})
     )
     .unwrap();
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
-    // Each example's scale: some always clipped at C, the others shrinking.
-    let scale: Vec<f64> = (0..n)
-        .map(|i| {
-            if i % 4 == 0 {
-                3.0
-            } else {
-                0.2 + 0.1 * i as f64
-            }
-        })
-        .collect();
-    for t in 0..steps {
-        if t % CHECKPOINT_EVERY == 0 {
-            let ids: Vec<u64> = (0..n).filter(|&i| Some(i) != skip_in_refresh).collect();
-            let norms: Vec<f64> = ids
-                .iter()
-                .map(|&i| {
-                    scale[i as usize] * (0.6 + 0.8 * rng.random::<f64>()) / (1.0 + t as f64 / 4.0)
-                })
-                .collect();
-            let body = json!({"ids": ids, "norms": norms});
-            let r = post(
-                &format!("{}/v1/datasets/{id}/refresh", server.url),
-                Some(admin),
-                &body,
-            );
-            assert_eq!(r.status, 200, "{:?}", r.body);
-            writeln!(trace, "{}", json!({"refresh": body})).unwrap();
-        }
-        let ids: Vec<u64> = (0..n).filter(|_| rng.random::<f64>() < q).collect();
-        let norms: Vec<f64> = ids
-            .iter()
-            .map(|&i| scale[i as usize] * rng.random::<f64>())
-            .collect();
-        let body = json!({"step": t, "ids": ids, "norms": norms});
+    for (what, body) in run_requests(seed, n, q, steps, CHECKPOINT_EVERY, skip_in_refresh) {
         let r = post(
-            &format!("{}/v1/datasets/{id}/steps", server.url),
+            &format!("{}/v1/datasets/{id}/{what}", server.url),
             Some(admin),
             &body,
         );
         assert_eq!(r.status, 200, "{:?}", r.body);
-        writeln!(trace, "{body}").unwrap();
+        match what {
+            "refresh" => writeln!(trace, "{}", json!({ "refresh": body })).unwrap(),
+            _ => writeln!(trace, "{body}").unwrap(),
+        }
     }
     path
 }
@@ -112,38 +81,7 @@ fn cli(traces: &[PathBuf], extra: &[&str]) -> Value {
         cmd.arg("--trace").arg(t);
     }
     cmd.args(extra);
-    let out = cmd.output().expect("cli");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
-}
-
-/// Every number of two analyses agrees to `tol` (relative), `null`s alike.
-fn assert_same(a: &Value, b: &Value, tol: f64, at: &str) {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            assert!(x == y || rel(x, y) <= tol, "{at}: {x} vs {y}");
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}");
-            for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                assert_same(u, v, tol, &format!("{at}[{i}]"));
-            }
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            for (k, u) in x {
-                if k == "datasets" {
-                    continue;
-                }
-                assert_same(u, &y[k], tol, &format!("{at}.{k}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{at}"),
-    }
+    json_output(&mut cmd)
 }
 
 fn analysis_url(server: &Server, runs: &str, extra: &str) -> String {
@@ -197,7 +135,7 @@ fn http_analysis_agrees_with_the_cli_on_the_same_traces() {
         assert_eq!(served["datasets"], json!(["r1", "r2", "r3"]));
         assert_eq!(served["examples"].as_array().unwrap().len(), N as usize);
         let offline = cli(&s.traces, &flags);
-        assert_same(&served, &offline, 1e-12, "analysis");
+        assert_same_numbers(&served, &offline, 1e-12, Some(&["datasets"]), "analysis");
         // Seed-000 per-instance epsilons are the served ones.
         for run in ["r1", "r2", "r3"] {
             let p = get(
@@ -250,16 +188,18 @@ fn only_curators_of_every_run_and_owners_of_the_example_read_it() {
     assert_eq!(mine.body["example"]["id"], 7);
     assert!(mine.body.get("summary").is_none() && mine.body.get("examples").is_none());
     // The owner's example equals the curator's view of it.
-    assert_same(
+    assert_same_numbers(
         &mine.body["example"],
         &full.body["examples"][7],
         1e-9,
+        Some(&["datasets"]),
         "example 7",
     );
-    assert_same(
+    assert_same_numbers(
         &mine.body["data_independent"],
         &full.body["data_independent"],
         1e-12,
+        Some(&["datasets"]),
         "data independent",
     );
     // A curator may also read one example.
@@ -437,24 +377,18 @@ fn a_compacted_run_is_refused_with_a_conflict() {
     // Wait for a snapshot of r1 covering its steps, then compact r1 only.
     let mut compacted = false;
     for _ in 0..200 {
-        let out = std::process::Command::new(binary())
-            .args([
-                "compact",
-                "--store",
-                &store_url,
-                "--dataset",
-                "r1",
-                "--data-dir",
-            ])
-            .arg(&data)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let outcome = json_output(
+            std::process::Command::new(binary())
+                .args([
+                    "compact",
+                    "--store",
+                    &store_url,
+                    "--dataset",
+                    "r1",
+                    "--data-dir",
+                ])
+                .arg(&data),
         );
-        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
         if outcome[0]["compaction"]["records"].as_u64().unwrap_or(0) > 0 {
             compacted = true;
             break;

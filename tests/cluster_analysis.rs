@@ -9,8 +9,8 @@ mod cluster;
 mod common;
 
 use cluster::*;
+use common::analysis_runs::{assert_same_numbers, run_requests};
 use common::*;
-use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -18,63 +18,6 @@ const N: u64 = 12;
 const Q: f64 = 0.25;
 const STEPS: u64 = 6;
 const RUNS: [&str; 3] = ["r1", "r2", "r3"];
-
-/// One run's requests (path under the dataset, body): a full-batch refresh
-/// every other step, Poisson batches, norms that shrink over training.
-fn run_requests(seed: u64) -> Vec<(&'static str, Value)> {
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
-    let scale: Vec<f64> = (0..N)
-        .map(|i| {
-            if i % 4 == 0 {
-                3.0
-            } else {
-                0.2 + 0.1 * i as f64
-            }
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in 0..STEPS {
-        if t % 2 == 0 {
-            let norms: Vec<f64> = (0..N as usize)
-                .map(|i| scale[i] * (0.6 + 0.8 * rng.random::<f64>()) / (1.0 + t as f64 / 4.0))
-                .collect();
-            out.push((
-                "refresh",
-                json!({"ids": (0..N).collect::<Vec<_>>(), "norms": norms}),
-            ));
-        }
-        let ids: Vec<u64> = (0..N).filter(|_| rng.random::<f64>() < Q).collect();
-        let norms: Vec<f64> = ids
-            .iter()
-            .map(|&i| scale[i as usize] * rng.random::<f64>())
-            .collect();
-        out.push(("steps", json!({"step": t, "ids": ids, "norms": norms})));
-    }
-    out
-}
-
-/// Every number of two answers agrees to 1e-12 (relative).
-fn assert_same(a: &Value, b: &Value, at: &str) {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            assert!(x == y || rel(x, y) <= 1e-12, "{at}: {x} vs {y}");
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}");
-            for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                assert_same(u, v, &format!("{at}[{i}]"));
-            }
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}: {x:?} vs {y:?}");
-            for (k, u) in x {
-                assert_same(u, &y[k], &format!("{at}.{k}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{at}"),
-    }
-}
 
 const ANALYSIS: &str = "/v1/analyses/data-dependent?runs=r1,r2,r3&delta=1e-5";
 const EXAMPLE3: &str = "/v1/analyses/data-dependent/examples/3?runs=r1,r2,r3&delta=1e-5";
@@ -118,7 +61,10 @@ fn any_node_analyses_runs_owned_by_any_nodes_as_one_node_would() {
             &json!({"id": run, "config": poisson_config(N, Q, 1.0)}),
         );
         assert_eq!(r.status, 201, "{:?}", r.body);
-        for (k, (what, body)) in run_requests(100 + i as u64).into_iter().enumerate() {
+        for (k, (what, body)) in run_requests(100 + i as u64, N, Q, STEPS, 2, None)
+            .into_iter()
+            .enumerate()
+        {
             let path = format!("/v1/datasets/{run}/{what}");
             let r = post(&format!("{}{path}", single.url), Some(&single_admin), &body);
             assert_eq!(r.status, 200, "{:?}", r.body);
@@ -147,11 +93,11 @@ fn any_node_analyses_runs_owned_by_any_nodes_as_one_node_would() {
         for token in [&admin, &curator_all] {
             let (status, got) = ask(&node.url, ANALYSIS, token);
             assert_eq!(status, 200, "{}: {got:?}", node.id);
-            assert_same(&got, &want, &format!("{} analysis", node.id));
+            assert_same_numbers(&got, &want, 1e-12, None, &format!("{} analysis", node.id));
         }
         let (status, got) = ask(&node.url, EXAMPLE3, &owner3);
         assert_eq!(status, 200, "{}: {got:?}", node.id);
-        assert_same(&got, &want3, &format!("{} example 3", node.id));
+        assert_same_numbers(&got, &want3, 1e-12, None, &format!("{} example 3", node.id));
         // Rights are per run: one run without them refuses the whole request.
         for (path, token) in [
             (ANALYSIS, &curator_two),
@@ -191,12 +137,24 @@ fn any_node_analyses_runs_owned_by_any_nodes_as_one_node_would() {
     for node in cluster.nodes.iter().filter(|n| n.is_up()) {
         let (status, got) = ask(&node.url, ANALYSIS, &admin);
         assert_eq!(status, 200, "{}: {got:?}", node.id);
-        assert_same(&got, &want, &format!("{} with r1's owner dead", node.id));
+        assert_same_numbers(
+            &got,
+            &want,
+            1e-12,
+            None,
+            &format!("{} with r1's owner dead", node.id),
+        );
     }
     let (taker, _) = cluster.wait_owner("r1", Some(&owners[0]), bound);
     for node in cluster.nodes.iter().filter(|n| n.is_up()) {
         let (status, got) = ask(&node.url, ANALYSIS, &admin);
         assert_eq!(status, 200, "{}: {got:?}", node.id);
-        assert_same(&got, &want, &format!("{} after {taker} took r1", node.id));
+        assert_same_numbers(
+            &got,
+            &want,
+            1e-12,
+            None,
+            &format!("{} after {taker} took r1", node.id),
+        );
     }
 }

@@ -163,17 +163,11 @@ fn wait_for_snapshot(store: &dyn Store, count: usize) -> Vec<store::SnapshotInfo
 }
 
 fn compact(data_dir: &Path, store_url: &str) -> Value {
-    let out = Command::new(binary())
-        .args(["compact", "--store", store_url, "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_output(
+        Command::new(binary())
+            .args(["compact", "--store", store_url, "--data-dir"])
+            .arg(data_dir),
+    )
 }
 
 /// The whole story on one store; `corrupt` damages a snapshot's bytes in place.

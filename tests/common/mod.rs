@@ -2,6 +2,7 @@
 //! HTTP. Shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod analysis_runs;
 pub mod fault_proxy;
 pub mod pg_schema;
 pub mod store_records;
@@ -283,20 +284,26 @@ pub fn rel(a: f64, b: f64) -> f64 {
     }
 }
 
-/// `dpledger replay --json` of a trace file.
-pub fn replay(path: &Path, delta: f64) -> Value {
-    let out = Command::new(binary())
-        .args(["replay", "--trace"])
-        .arg(path)
-        .args(["--delta", &delta.to_string(), "--json"])
-        .output()
-        .expect("replay");
+/// Runs a `dpledger` command line that prints JSON: it must succeed (its
+/// standard error says why not), and its standard output is the answer.
+pub fn json_output(cmd: &mut Command) -> Value {
+    let out = cmd.output().expect("dpledger runs");
     assert!(
         out.status.success(),
-        "replay failed: {}",
+        "{cmd:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("replay json")
+    serde_json::from_slice(&out.stdout).expect("dpledger prints JSON")
+}
+
+/// `dpledger replay --json` of a trace file.
+pub fn replay(path: &Path, delta: f64) -> Value {
+    json_output(
+        Command::new(binary())
+            .args(["replay", "--trace"])
+            .arg(path)
+            .args(["--delta", &delta.to_string(), "--json"]),
+    )
 }
 
 /// Every example's served epsilon (and the worst case) equals the offline replay.
