@@ -408,17 +408,25 @@ pub(super) fn refuse_shard_change(id: &str, request: &Request) -> Option<Respons
         return None;
     }
     Some(
-        Problem::new(
-            StatusCode::CONFLICT,
-            "sharded-unsupported",
-            format!(
-                "{} {path}: {id:?} is a shard of the sharded dataset {dataset:?}; changes other \
-                 than steps go to the dataset (releases, refreshes, labels, budgets and \
-                 archiving are not yet merged across shards; see docs/cluster.md)",
-                request.method()
-            ),
-        )
+        sharded_unsupported(format!(
+            "{} {path}: {id:?} is a shard of the sharded dataset {dataset:?}; changes other than \
+             steps go to the dataset",
+            request.method()
+        ))
         .into_response(),
+    )
+}
+
+/// `409 sharded-unsupported`: `what` is not (yet) exact across shards, so it
+/// is refused rather than answered.
+fn sharded_unsupported(what: String) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "sharded-unsupported",
+        format!(
+            "{what} (releases, refreshes, labels, budgets and archiving are not yet merged \
+             across shards; see docs/cluster.md)"
+        ),
     )
 }
 
@@ -447,14 +455,9 @@ fn unsupported(claims: &Claims, d: &str, method: &str, segments: &[&str]) -> Pro
             return refusal;
         }
     }
-    Problem::new(
-        StatusCode::CONFLICT,
-        "sharded-unsupported",
-        format!(
-            "{method} {path} is not supported on a sharded dataset yet (releases, refreshes, \
-             labels, budgets and archiving are not merged across shards; see docs/cluster.md)"
-        ),
-    )
+    sharded_unsupported(format!(
+        "{method} {path} is not supported on a sharded dataset yet"
+    ))
 }
 
 /// The dataset's view: its shards' statuses merged, the worst case of its

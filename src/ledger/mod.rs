@@ -96,7 +96,7 @@ pub use error::{ErrorKind, LedgerError};
 pub use estimate::{EstimateInput, LevelSteps, PldEstimate};
 pub use filter::FILTER_MARGIN;
 pub use protocol::{
-    Bound, ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus, RefreshOutcome,
-    StepOutcome, StepReport, WorstCase,
+    check_norms, Bound, ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus,
+    RefreshOutcome, StepOutcome, StepReport, WorstCase,
 };
 pub use replay::{replay, ReplayError, ReplayExample, ReplayReport};

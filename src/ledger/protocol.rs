@@ -1,5 +1,6 @@
 //! The messages of the step protocol and the answers of queries (spec §3).
 
+use crate::accounting::InvalidArgument;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -239,4 +240,21 @@ pub struct LedgerStatus {
     pub segments: usize,
     /// Heap memory of the ledger, in bytes.
     pub memory_bytes: u64,
+}
+
+/// Refuses a norm that is not a finite number >= 0 (field `norms`): the rule
+/// every reported batch keeps, checked by the ledger and, before any shard
+/// sees a step, where a sharded dataset's report is split.
+pub fn check_norms(norms: &[f64]) -> Result<(), InvalidArgument> {
+    match norms
+        .iter()
+        .enumerate()
+        .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
+    {
+        Some((j, g)) => Err(InvalidArgument::new(
+            "norms",
+            format!("norms[{j}] = {g}: every norm must be a finite number >= 0"),
+        )),
+        None => Ok(()),
+    }
 }

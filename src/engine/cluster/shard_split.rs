@@ -11,7 +11,7 @@
 
 use super::shards::ShardLayout;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::ledger::{LedgerStatus, StepOutcome, StepReport};
+use crate::ledger::{check_norms, LedgerStatus, StepOutcome, StepReport};
 use std::ops::Range;
 
 /// A step report split into one report per shard.
@@ -50,17 +50,7 @@ pub fn split_step(layout: &ShardLayout, report: &StepReport) -> EngineResult<Spl
             ),
         ));
     }
-    if let Some((j, g)) = report
-        .norms
-        .iter()
-        .enumerate()
-        .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
-    {
-        return Err(bad(
-            "norms",
-            format!("norms[{j}] = {g}: every norm must be a finite number >= 0"),
-        ));
-    }
+    check_norms(&report.norms).map_err(|e| bad("norms", e.reason))?;
     let mut seen = std::collections::HashMap::with_capacity(report.ids.len());
     for (j, &id) in report.ids.iter().enumerate() {
         if let Some(first) = seen.insert(id, j) {

@@ -12,7 +12,7 @@ use crate::accounting::table::StepMechanism;
 use crate::accounting::validate;
 use crate::ledger::error::LedgerError;
 use crate::ledger::filter::next_check;
-use crate::ledger::protocol::{RefreshOutcome, StepReport};
+use crate::ledger::protocol::{check_norms, RefreshOutcome, StepReport};
 
 /// Segments are compacted once their bases take more than this many bytes (or a
 /// quarter of the RDP vectors, whichever is larger): a compaction costs one pass
@@ -78,16 +78,7 @@ impl Ledger {
                 format!("has {} entries but ids has {}", norms.len(), ids.len()),
             ));
         }
-        if let Some((j, g)) = norms
-            .iter()
-            .enumerate()
-            .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
-        {
-            return Err(LedgerError::invalid(
-                "norms",
-                format!("norms[{j}] = {g}: every norm must be a finite number >= 0"),
-            ));
-        }
+        check_norms(norms)?;
         let n = self.n as u64;
         let epoch = match (&self.accrual, step) {
             (Accrual::Shuffle(s), Some(t)) => Some((t / s.steps_per_epoch, s.steps_per_epoch)),
