@@ -484,8 +484,8 @@ class Client:
             part = Part(index=part[0], count=part[1])
         layout = self._shard_layout(dataset)
         if layout is None:
-            return self._report_one(dataset, step, ids, norms, noise_multiplier,
-                                    sampling_rate, part, binary)
+            return self._report_one("report_step", dataset, step, ids, norms,
+                                    noise_multiplier, sampling_rate, part, binary)
         # A sharded dataset (issue 26): split by range, each part straight to
         # its shard's owner, in parallel; the answers merged.
         cut = shards.split(layout, ids, norms)
@@ -495,8 +495,8 @@ class Client:
                     self._pool = ThreadPoolExecutor(max_workers=16,
                                                     thread_name_prefix="dpledger-shard")
         futures = [
-            self._pool.submit(self._report_one, name, step, cut.ids[s], cut.norms[s],
-                              noise_multiplier, sampling_rate, part, binary)
+            self._pool.submit(self._report_one, "report_step", name, step, cut.ids[s],
+                              cut.norms[s], noise_multiplier, sampling_rate, part, binary)
             for s, name in enumerate(layout.names)
         ]
         results = []
@@ -509,6 +509,7 @@ class Client:
 
     def _report_one(
         self,
+        operation: str,
         dataset: str,
         step: int,
         ids: list,
@@ -518,8 +519,8 @@ class Client:
         part: Optional[Part],
         binary: bool,
     ) -> StepOutcome:
-        """``POST /v1/datasets/{d}/steps`` of one report (a dataset's or a
-        shard's part), with the retries of :meth:`_send`."""
+        """``POST /v1/datasets/{d}/steps`` (``operation``) of one report (a
+        dataset's or a shard's part), with the retries of :meth:`_send`."""
         if binary:
             body = encoding.encode_step(
                 step,
@@ -530,7 +531,7 @@ class Client:
                 sampling_rate=sampling_rate,
             )
             response = self._send(
-                "report_step",
+                operation,
                 path_params={"dataset": dataset},
                 body=body,
                 content_type=encoding.CONTENT_TYPE,
@@ -543,7 +544,7 @@ class Client:
             request["sampling_rate"] = sampling_rate
         if part is not None:
             request["part"] = {"index": part.index, "count": part.count}
-        return self._call("report_step", request, path_params={"dataset": dataset})
+        return self._call(operation, request, path_params={"dataset": dataset})
 
     def thresholds(
         self, dataset: str, start: Optional[int] = None, end: Optional[int] = None
