@@ -6,7 +6,8 @@
 //! while the client reports (each part went straight to its shard's owner);
 //! a part that landed before its answer was lost, and a whole report resent
 //! after its answer was lost, are applied once; every shard logs every part
-//! once.
+//! once. And across a failover: the owner of a shard is SIGKILLed mid-run,
+//! the client's per-part retries reach the new owner, every part once.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -187,4 +188,89 @@ fn the_rust_client_splits_sharded_steps_and_sends_each_part_to_its_owner() {
             .collect();
         assert_eq!(logged, expected, "{shard}");
     }
+}
+
+/// Exactly once per part across a failover: the node owning one shard (not
+/// the client's base node) is SIGKILLed mid-run; the client's per-part
+/// retries carry each part to the shard's new owner, and every shard logs
+/// every step once, with the same answers as an unsharded dataset fed the
+/// same trace.
+#[test]
+fn split_steps_ride_out_the_failover_of_a_shard_owner_exactly_once() {
+    let Some(mut cluster) = Cluster::start(3, 1000) else {
+        return;
+    };
+    cluster.wait_active(3);
+    let (n, q, steps) = (40u64, 0.3, 30u64);
+    let admin = cluster.admin_token();
+    for (id, shards) in [("plain", None), ("sharded", Some(4))] {
+        let mut body = json!({"id": id, "config": config(n, q)});
+        if let Some(k) = shards {
+            body["shards"] = json!(k);
+        }
+        let r = post(
+            &format!("{}/v1/datasets", cluster.nodes[0].url),
+            Some(&admin),
+            &body,
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let trainer = cluster.token("trainer", Some("sharded"), None);
+    let view = get(
+        &format!("{}/v1/datasets/sharded", cluster.nodes[0].url),
+        Some(&trainer),
+    )
+    .body;
+    // The victim owns shard 0; the client's base is another node.
+    let victim_id = view["shards"][0]["owner"].as_str().unwrap().to_string();
+    let victim = cluster
+        .nodes
+        .iter()
+        .position(|n| n.id == victim_id)
+        .unwrap();
+    let base = (victim + 1) % 3;
+    let plain = client(
+        &cluster.nodes[base].url,
+        &cluster.token("trainer", Some("plain"), None),
+    );
+    let sharded = client(&cluster.nodes[base].url, &trainer);
+    let trace = poisson_trace(13, n, q, steps);
+    for (t, line) in trace.iter().enumerate() {
+        if t == steps as usize / 2 {
+            cluster.nodes[victim].kill();
+        }
+        let step = report(line);
+        let a = runtime
+            .block_on(plain.report_step("plain", &step))
+            .unwrap_or_else(|e| panic!("plain step {t}: {e}"));
+        let b = runtime
+            .block_on(sharded.report_step("sharded", &step))
+            .unwrap_or_else(|e| panic!("sharded step {t}: {e}"));
+        assert_eq!(a, b, "step {t}");
+    }
+    let (owner, _) = cluster.wait_owner("sharded~0", None, Duration::from_secs(20));
+    assert_ne!(owner, victim_id, "shard 0 did not move");
+    let expected: Vec<i64> = (0..steps as i64).collect();
+    let names: Vec<String> = view["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["dataset"].as_str().unwrap().to_string())
+        .collect();
+    for shard in &names {
+        let logged: Vec<i64> = cluster
+            .logged_steps(shard)
+            .iter()
+            .map(|(_, step, _)| *step)
+            .collect();
+        assert_eq!(logged, expected, "{shard}");
+    }
+    let ta = runtime
+        .block_on(plain.thresholds("plain", None, None))
+        .unwrap();
+    let tb = runtime
+        .block_on(sharded.thresholds("sharded", None, None))
+        .unwrap();
+    assert_eq!(ta, tb);
 }
