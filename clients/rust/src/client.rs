@@ -13,6 +13,7 @@ use crate::release::{
     PolicyView, Release, ReleaseList, ReleaseOutcome, ReleasePolicy, ReleaseRequest,
 };
 use crate::retry::{new_idempotency_key, retry_status, retry_transport, Idempotency, RetryPolicy};
+use crate::shard::{self, Layouts, ShardLayout};
 use crate::types::{
     CreateDataset, DatasetConfig, DatasetList, DatasetView, Health, PrivacyQuery, PrivacyView,
     RefreshOutcome, RefreshRequest, StepOutcome, StepReport, StorageReport, Thresholds,
@@ -61,6 +62,8 @@ pub struct Client {
     retry: RetryPolicy,
     /// Who owns which dataset in a cluster (shared by clones: one map per client).
     routes: Arc<Routes>,
+    /// Which datasets are sharded, and how (read once each: layouts never change).
+    layouts: Arc<Layouts>,
 }
 
 impl fmt::Debug for Client {
@@ -141,6 +144,7 @@ impl ClientBuilder {
             token: self.token.map(Arc::from),
             retry: self.retry,
             routes: Arc::new(Routes::default()),
+            layouts: Arc::new(Layouts::default()),
         })
     }
 }
@@ -425,14 +429,17 @@ impl Client {
     ) -> Result<DatasetView> {
         check_dataset_id(id)?;
         let body = Self::json_body(&CreateDataset { id, config, setup })?;
-        self.json_call(
-            Method::POST,
-            &["v1", "datasets"],
-            &[],
-            body,
-            Idempotency::Keyed,
-        )
-        .await
+        let view: DatasetView = self
+            .json_call(
+                Method::POST,
+                &["v1", "datasets"],
+                &[],
+                body,
+                Idempotency::Keyed,
+            )
+            .await?;
+        self.layouts.set(id, ShardLayout::of(&view));
+        Ok(view)
     }
 
     /// `GET /v1/datasets`: the ids this token can see, sorted.
@@ -451,16 +458,22 @@ impl Client {
 
     /// `GET /v1/datasets/{d}` (admin, curator, trainer): configuration, status and
     /// the worst case.
+    ///
+    /// The view says whether the dataset is sharded (`shards`): the client
+    /// remembers it, and splits that dataset's steps without reading it again.
     pub async fn dataset(&self, id: &str) -> Result<DatasetView> {
         check_dataset_id(id)?;
-        self.json_call(
-            Method::GET,
-            &["v1", "datasets", id],
-            &[],
-            Body::None,
-            Idempotency::Idempotent,
-        )
-        .await
+        let view: DatasetView = self
+            .json_call(
+                Method::GET,
+                &["v1", "datasets", id],
+                &[],
+                Body::None,
+                Idempotency::Idempotent,
+            )
+            .await?;
+        self.layouts.set(id, ShardLayout::of(&view));
+        Ok(view)
     }
 
     /// `POST /v1/datasets/{d}/archive` (admin, curator): read-only from then on.
@@ -491,6 +504,12 @@ impl Client {
     /// answers a retry of an applied step with its original answer and
     /// `duplicate: true`, which this returns as success. A report that still fails
     /// after the retries is an error; it is never dropped silently.
+    ///
+    /// For a sharded dataset (cluster mode, issue 26) the report is split by id
+    /// range and each shard's part sent straight to its owner, in parallel
+    /// ([`crate::shard`]); the answer is the same as a node's split would give.
+    /// A retry of the whole report after an error is safe: each part is
+    /// applied once.
     pub async fn report_step_with(
         &self,
         dataset: &str,
@@ -506,6 +525,65 @@ impl Client {
                 report.norms.len()
             )));
         }
+        match self.shard_layout(dataset).await {
+            Some(layout) => self.report_split(&layout, report, encoding).await,
+            None => self.send_step(dataset, report, encoding).await,
+        }
+    }
+
+    /// The layout of `dataset` if it is sharded: known, or read once. The cluster map
+    /// (read anyway for routing) says which: it lists a sharded dataset's
+    /// shards; only then is the view read (once). When the map does not say
+    /// (a dataset it does not list) or the view cannot be read now, `None`
+    /// without remembering it: the whole report goes to a node, which splits
+    /// it if need be.
+    async fn shard_layout(&self, dataset: &str) -> Option<Arc<ShardLayout>> {
+        if let Some(known) = self.layouts.get(dataset) {
+            return known;
+        }
+        if self.routes.needs_load() {
+            self.load_routes().await;
+        }
+        match self.routes.may_be_sharded(dataset) {
+            None => return None,
+            Some(false) => return self.layouts.set(dataset, None),
+            Some(true) => {}
+        }
+        // Reading the view remembers the layout.
+        self.dataset(dataset)
+            .await
+            .ok()
+            .and_then(|_| self.layouts.get(dataset))
+            .flatten()
+    }
+
+    /// A sharded dataset's step: split, the parts sent in parallel (each with
+    /// its own retries, to its shard's owner), the answers merged.
+    async fn report_split(
+        &self,
+        layout: &ShardLayout,
+        report: &StepReport,
+        encoding: Encoding,
+    ) -> Result<StepOutcome> {
+        let split = shard::split(layout, report)?;
+        let sends = split
+            .parts
+            .iter()
+            .zip(&layout.names)
+            .map(|(part, name)| self.send_step(name, part, encoding))
+            .collect();
+        let results = shard::join_all(sends).await;
+        shard::combine(layout, &split, report, results)
+    }
+
+    /// `POST /v1/datasets/{d}/steps` of one report (a dataset's, or a shard's
+    /// part), with retries; checks that the answer is for this report.
+    async fn send_step(
+        &self,
+        dataset: &str,
+        report: &StepReport,
+        encoding: Encoding,
+    ) -> Result<StepOutcome> {
         let body = match encoding {
             Encoding::Binary => Body::Binary(codec::encode_step(report)),
             Encoding::Json => Self::json_body(report)?,

@@ -115,6 +115,13 @@ struct RouteState {
     /// invalidation: the map is read at most once per invalidation.
     loaded: bool,
     owners: HashMap<String, Url>,
+    /// From the last map read: `Some(true)` for a cluster, `Some(false)` for a
+    /// single node, `None` when it could not be read.
+    cluster: Option<bool>,
+    /// The datasets the last map listed (whether or not owned now).
+    listed: std::collections::HashSet<String>,
+    /// The datasets whose shards (`{d}~{start}`) the last map listed.
+    sharded: std::collections::HashSet<String>,
 }
 
 impl Routes {
@@ -135,8 +142,10 @@ impl Routes {
     /// server has no cluster endpoint or refused it).
     pub(crate) fn install(&self, view: Option<&ClusterView>) {
         let mut owners = HashMap::new();
+        let mut listed = std::collections::HashSet::new();
         if let Some(view) = view {
             for d in &view.datasets {
+                listed.insert(d.dataset.clone());
                 if let Some(url) = d.advertise.as_deref().and_then(parse_base) {
                     owners.insert(d.dataset.clone(), url);
                 }
@@ -145,6 +154,30 @@ impl Routes {
         if let Ok(mut s) = self.state.write() {
             s.loaded = true;
             s.owners = owners;
+            s.listed = listed;
+            s.cluster = view.map(|v| v.mode == "cluster");
+            // A sharded dataset's leases are its shards' (`{d}~{start}`).
+            s.sharded = s
+                .listed
+                .iter()
+                .filter_map(|name| name.split_once('~').map(|(d, _)| d.to_string()))
+                .collect();
+        }
+    }
+
+    /// What the last map read says of `dataset`: `Some(true)` when it lists
+    /// its shards (`{dataset}~{start}`: a sharded dataset's leases are its
+    /// shards'), `Some(false)` when it lists the dataset itself or the server
+    /// is a single node, `None` when it does not say (no map, or a dataset the
+    /// map does not list).
+    pub(crate) fn may_be_sharded(&self, dataset: &str) -> Option<bool> {
+        let s = self.state.read().ok()?;
+        if s.sharded.contains(dataset) {
+            Some(true)
+        } else if s.listed.contains(dataset) || s.cluster == Some(false) {
+            Some(false)
+        } else {
+            None
         }
     }
 
@@ -240,12 +273,16 @@ mod tests {
             "nodes": [{"node_id": "n1", "advertise": "http://a:1", "alive": true}],
             "datasets": [
                 {"dataset": "d", "owner": "n1", "advertise": "http://a:1", "epoch": 3},
-                {"dataset": "e", "owner": null, "advertise": null, "epoch": 1}
+                {"dataset": "e", "owner": null, "advertise": null, "epoch": 1},
+                {"dataset": "big~0", "owner": "n1", "advertise": "http://a:1", "epoch": 1}
             ]
         }))
         .unwrap();
         r.install(Some(&view));
         assert!(!r.needs_load());
+        assert_eq!(r.may_be_sharded("e"), Some(false));
+        assert_eq!(r.may_be_sharded("big"), Some(true));
+        assert_eq!(r.may_be_sharded("other"), None);
         assert_eq!(r.owner("d").unwrap().as_str(), "http://a:1/");
         assert_eq!(r.owner("e"), None);
         r.learn("e", "http://b:2");

@@ -38,6 +38,8 @@ mod mirror;
 pub mod release;
 pub mod retry;
 mod session;
+pub mod shard;
+pub mod shard_rule;
 pub mod tensorboard;
 pub mod trace;
 mod types;

@@ -14,6 +14,12 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::ledger::{check_norms, LedgerStatus, StepOutcome, StepReport};
 use std::ops::Range;
 
+/// The split rule itself, shared with the Rust client (which splits before
+/// sending, issue 26): one source, so both cut a report into identical parts.
+#[path = "../../../clients/rust/src/shard_rule.rs"]
+#[allow(dead_code)]
+mod rule;
+
 /// A step report split into one report per shard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SplitStep {
@@ -21,9 +27,8 @@ pub struct SplitStep {
     pub parts: Vec<StepReport>,
     /// For each shard, the positions in the original report of its ids.
     positions: Vec<Vec<usize>>,
-    /// The original report's part and batch size.
+    /// The original report's part.
     part: Option<crate::ledger::Part>,
-    batch: usize,
 }
 
 fn bad(field: &'static str, detail: String) -> EngineError {
@@ -40,54 +45,23 @@ fn bad(field: &'static str, detail: String) -> EngineError {
 /// shard's refusal could follow the others' acceptance, and the step would be
 /// applied in part. What depends on a shard's state is its ledger's to judge.
 pub fn split_step(layout: &ShardLayout, report: &StepReport) -> EngineResult<SplitStep> {
-    if report.ids.len() != report.norms.len() {
-        return Err(bad(
-            "norms",
-            format!(
-                "has {} entries but ids has {}",
-                report.norms.len(),
-                report.ids.len()
-            ),
-        ));
-    }
     check_norms(&report.norms).map_err(|e| bad("norms", e.reason))?;
-    let mut seen = std::collections::HashMap::with_capacity(report.ids.len());
-    for (j, &id) in report.ids.iter().enumerate() {
-        if let Some(first) = seen.insert(id, j) {
-            return Err(bad(
-                "ids",
-                format!("id {id} appears twice in one report (ids[{first}] and ids[{j}])"),
-            ));
-        }
-    }
-    let k = layout.ranges.len();
-    let mut parts: Vec<StepReport> = (0..k)
-        .map(|_| StepReport {
-            ids: Vec::new(),
-            norms: Vec::new(),
+    let split = rule::split_ids(&layout.ranges, &report.ids, &report.norms)
+        .map_err(|e| bad(e.field(), e.to_string()))?;
+    let parts = split
+        .ids
+        .into_iter()
+        .zip(split.norms)
+        .map(|(ids, norms)| StepReport {
+            ids,
+            norms,
             ..report_header(report)
         })
         .collect();
-    let mut positions = vec![Vec::new(); k];
-    for (j, (&id, &norm)) in report.ids.iter().zip(&report.norms).enumerate() {
-        let Some(s) = layout.shard_of(id) else {
-            return Err(bad(
-                "ids",
-                format!(
-                    "example id {id} is out of range (the dataset has {} examples)",
-                    layout.examples
-                ),
-            ));
-        };
-        parts[s].ids.push(id - layout.ranges[s].start);
-        parts[s].norms.push(norm);
-        positions[s].push(j);
-    }
     Ok(SplitStep {
         parts,
-        positions,
+        positions: split.positions,
         part: report.part,
-        batch: report.ids.len(),
     })
 }
 
@@ -121,25 +95,18 @@ impl SplitStep {
                 self.parts.len()
             )));
         }
-        let mut thresholds = vec![0.0; self.batch];
-        let mut retired = Vec::new();
-        for (s, answer) in answers.iter().enumerate() {
-            if answer.thresholds.len() != self.positions[s].len()
-                || answer.step != self.parts[s].step
-            {
-                return Err(EngineError::Internal(format!(
-                    "shard {s} answered step {} with {} thresholds for {} ids",
-                    answer.step,
-                    answer.thresholds.len(),
-                    self.positions[s].len()
-                )));
-            }
-            for (&j, &t) in self.positions[s].iter().zip(&answer.thresholds) {
-                thresholds[j] = t;
-            }
-            let start = layout.ranges[s].start;
-            retired.extend(answer.retired.iter().map(|&r| r + start));
+        if let Some(s) = (0..answers.len()).find(|&s| answers[s].step != self.parts[s].step) {
+            return Err(EngineError::Internal(format!(
+                "shard {s} answered step {} to a part of step {}",
+                answers[s].step, self.parts[s].step
+            )));
         }
+        let per_shard: Vec<&[f64]> = answers.iter().map(|a| &a.thresholds[..]).collect();
+        let thresholds = rule::place(&self.positions, &per_shard).ok_or_else(|| {
+            EngineError::Internal("a shard answered a threshold per id of another part".into())
+        })?;
+        let own: Vec<&[u64]> = answers.iter().map(|a| &a.retired[..]).collect();
+        let retired = rule::dataset_ids(&layout.ranges, &own);
         Ok(StepOutcome {
             step: self.parts.first().map_or(0, |p| p.step),
             duplicate: answers.iter().all(|a| a.duplicate),

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
@@ -38,6 +40,7 @@ from urllib.parse import quote
 import httpx
 
 from . import encoding
+from . import shards
 from .cluster import NOT_OWNER, Routes, dataset_of, retry_after_seconds
 from .errors import ApiError, NotFound, TransportFailure, error_class
 from .types import (
@@ -220,6 +223,12 @@ class Client:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
         #: Who owns which dataset in a cluster (see :mod:`dpledger.cluster`).
         self._routes = Routes()
+        #: Which datasets are sharded, and how (see :mod:`dpledger.shards`):
+        #: dataset id -> layout, ``None`` for unsharded; read once each.
+        self._layouts: Dict[str, Optional[shards.ShardLayout]] = {}
+        self._layouts_lock = threading.Lock()
+        #: Threads sending a sharded step's parts in parallel (made on first use).
+        self._pool: Optional[ThreadPoolExecutor] = None
 
     # --- plumbing -----------------------------------------------------------
 
@@ -235,6 +244,8 @@ class Client:
         )
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self._http.close()
 
     def __enter__(self) -> "Client":
@@ -398,15 +409,52 @@ class Client:
                 release_policy=release_policy,
             )
         )
-        return self._call("create_dataset", request)
+        view = self._call("create_dataset", request)
+        self._note_layout(id, view)
+        return view
 
     def list_datasets(self) -> DatasetList:
         """Dataset ids the token covers."""
         return self._call("list_datasets")
 
     def get_dataset(self, dataset: str) -> DatasetView:
-        """A dataset's configuration, status and public worst case."""
-        return self._call("get_dataset", path_params={"dataset": dataset})
+        """A dataset's configuration, status and public worst case (with the
+        shard map of a sharded dataset, which the client remembers: it splits
+        that dataset's steps without reading the view again)."""
+        view = self._call("get_dataset", path_params={"dataset": dataset})
+        self._note_layout(dataset, view)
+        return view
+
+    def _note_layout(self, dataset: str, view: DatasetView) -> Optional[shards.ShardLayout]:
+        layout = shards.ShardLayout.of(view)
+        with self._layouts_lock:
+            self._layouts[dataset] = layout
+        return layout
+
+    def _shard_layout(self, dataset: str) -> Optional[shards.ShardLayout]:
+        """The layout of ``dataset`` if it is sharded: known, or read once. The
+        cluster map (read anyway for routing) says which: it lists a sharded
+        dataset's shards; only then is the view read (once). When the map does
+        not say (a dataset it does not list) or the view cannot be read now,
+        ``None`` without remembering it: the whole report goes to a node, which
+        splits it if need be."""
+        with self._layouts_lock:
+            if dataset in self._layouts:
+                return self._layouts[dataset]
+        if self._routes.needs_load():
+            self._load_routes()
+        hint = self._routes.may_be_sharded(dataset)
+        if hint is None:
+            return None
+        if not hint:
+            with self._layouts_lock:
+                self._layouts[dataset] = None
+            return None
+        try:
+            return self._note_layout(dataset, self._call("get_dataset",
+                                                         path_params={"dataset": dataset}))
+        except (ApiError, TransportFailure):
+            return None
 
     def archive_dataset(self, dataset: str) -> DatasetView:
         """Make a dataset read-only (admin, curator). Retried with an idempotency key."""
@@ -434,6 +482,45 @@ class Client:
         norms = _plain_list(norms, float)
         if isinstance(part, tuple):
             part = Part(index=part[0], count=part[1])
+        layout = self._shard_layout(dataset)
+        if layout is None:
+            return self._report_one("report_step", dataset, step, ids, norms,
+                                    noise_multiplier, sampling_rate, part, binary)
+        # A sharded dataset (issue 26): split by range, each part straight to
+        # its shard's owner, in parallel; the answers merged.
+        cut = shards.split(layout, ids, norms)
+        if self._pool is None:
+            with self._layouts_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=16,
+                                                    thread_name_prefix="dpledger-shard")
+        futures = [
+            self._pool.submit(self._report_one, "report_step", name, step, cut.ids[s],
+                              cut.norms[s], noise_multiplier, sampling_rate, part, binary)
+            for s, name in enumerate(layout.names)
+        ]
+        results = []
+        for f in futures:
+            try:
+                results.append(f.result())
+            except (ApiError, TransportFailure) as e:
+                results.append(e)
+        return shards.combine(layout, cut, step, part, results)
+
+    def _report_one(
+        self,
+        operation: str,
+        dataset: str,
+        step: int,
+        ids: list,
+        norms: list,
+        noise_multiplier: Optional[float],
+        sampling_rate: Optional[float],
+        part: Optional[Part],
+        binary: bool,
+    ) -> StepOutcome:
+        """``POST /v1/datasets/{d}/steps`` (``operation``) of one report (a
+        dataset's or a shard's part), with the retries of :meth:`_send`."""
         if binary:
             body = encoding.encode_step(
                 step,
@@ -444,7 +531,7 @@ class Client:
                 sampling_rate=sampling_rate,
             )
             response = self._send(
-                "report_step",
+                operation,
                 path_params={"dataset": dataset},
                 body=body,
                 content_type=encoding.CONTENT_TYPE,
@@ -457,7 +544,7 @@ class Client:
             request["sampling_rate"] = sampling_rate
         if part is not None:
             request["part"] = {"index": part.index, "count": part.count}
-        return self._call("report_step", request, path_params={"dataset": dataset})
+        return self._call(operation, request, path_params={"dataset": dataset})
 
     def thresholds(
         self, dataset: str, start: Optional[int] = None, end: Optional[int] = None

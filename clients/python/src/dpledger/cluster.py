@@ -34,6 +34,11 @@ class Routes:
         self._lock = threading.Lock()
         self._loaded = False
         self._owners: Dict[str, str] = {}
+        #: From the last map read: True for a cluster, False for a single node,
+        #: None when it could not be read.
+        self._cluster: Optional[bool] = None
+        self._listed: set = set()
+        self._sharded: set = set()
 
     def needs_load(self) -> bool:
         """Whether ``GET /v1/cluster`` should be read before a dataset's request
@@ -49,13 +54,32 @@ class Routes:
         """Replace the map with a ``GET /v1/cluster`` answer (``None``: the server
         has no cluster endpoint or refused it; requests go to the base URL)."""
         owners: Dict[str, str] = {}
+        listed = set()
         for entry in (view or {}).get("datasets", []) or []:
+            listed.add(str(entry.get("dataset")))
             url = entry.get("advertise")
             if isinstance(url, str) and url.startswith(("http://", "https://")):
                 owners[str(entry.get("dataset"))] = url.rstrip("/")
         with self._lock:
             self._loaded = True
             self._owners = owners
+            self._listed = listed
+            self._cluster = None if view is None else view.get("mode") == "cluster"
+            # A sharded dataset's leases are its shards' (`{d}~{start}`).
+            self._sharded = {name.split("~", 1)[0] for name in listed if "~" in name}
+
+    def may_be_sharded(self, dataset: str) -> Optional[bool]:
+        """What the last map read says of ``dataset``: ``True`` when it lists
+        its shards (``{dataset}~{start}``: a sharded dataset's leases are its
+        shards'), ``False`` when it lists the dataset itself or the server is a
+        single node, ``None`` when it does not say (no map, or a dataset the
+        map does not list)."""
+        with self._lock:
+            if dataset in self._sharded:
+                return True
+            if dataset in self._listed or self._cluster is False:
+                return False
+            return None
 
     def learn(self, dataset: str, advertise: str) -> None:
         if advertise.startswith(("http://", "https://")):

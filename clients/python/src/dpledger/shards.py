@@ -1,0 +1,158 @@
+"""Client-side splitting of a sharded dataset's steps (issue 26; the server's
+``docs/cluster.md``, "Sharded datasets").
+
+In a cluster a dataset created with ``"shards": k`` is ``k`` contiguous id
+ranges, each an ordinary dataset ``{d}~{start}`` with its own owner. Any node
+accepts a whole step report for ``d`` and splits it, at the cost of a hop per
+step; the client splits instead. It reads the layout once (immutable: the shard
+map of ``GET /v1/datasets/{d}``), cuts each report by range with the server's
+rule (the Rust ``dpledger_client::shard_rule``: shard ``s`` gets the report's
+ids of its range as its own ids ``id - start``, in the report's order, with
+their norms, the same step, hyperparameters and ``part``, and an empty batch
+when none is its own), sends the parts in parallel, each to its shard's owner
+by the cluster map, and merges the answers into the unsharded answer's shape.
+
+Exactly once per part: each part is a step report of its shard, resent with the
+same bytes on a retry, and the shard answers a retry of an applied part as a
+duplicate with its original answer, whichever path (this client, or a node's
+split of a whole report) delivered it first.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .errors import ApiError, BadRequest, Conflict
+from .types import DatasetView, Part, Problem, StepOutcome
+
+__all__ = ["PARTIALLY_APPLIED", "ShardLayout", "SplitReport", "split", "merge", "combine"]
+
+#: The problem type of a step applied by some shards and refused by another.
+PARTIALLY_APPLIED = "urn:dpledger:problem:partially-applied"
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """A sharded dataset's shards, in id order: names and ``[start, end)``."""
+
+    names: Tuple[str, ...]
+    starts: Tuple[int, ...]
+    ends: Tuple[int, ...]
+
+    @staticmethod
+    def of(view: DatasetView) -> Optional["ShardLayout"]:
+        """The layout of a dataset view; ``None`` for an unsharded dataset."""
+        if not view.shards:
+            return None
+        return ShardLayout(
+            names=tuple(s.dataset for s in view.shards),
+            starts=tuple(s.start for s in view.shards),
+            ends=tuple(s.end for s in view.shards),
+        )
+
+    def shard_of(self, example: int) -> Optional[int]:
+        s = bisect.bisect_right(self.ends, example)
+        if s < len(self.ends) and self.starts[s] <= example < self.ends[s]:
+            return s
+        return None
+
+
+@dataclass
+class SplitReport:
+    """One ``(ids, norms)`` per shard (own ids), and where each id came from."""
+
+    ids: List[List[int]]
+    norms: List[List[float]]
+    positions: List[List[int]]
+
+
+def _bad(field: str, detail: str) -> BadRequest:
+    problem = Problem(type="urn:dpledger:problem:bad-request", title="Bad Request",
+                      status=400, detail=detail, field=field)
+    return BadRequest(400, problem, detail, "report_step")
+
+
+def split(layout: ShardLayout, ids: Sequence[int], norms: Sequence[float]) -> SplitReport:
+    """Cut a batch by range. Refuses (:class:`BadRequest`, before anything is
+    sent, so that no shard applies a step another refuses) ids and norms of
+    different lengths, a norm that is not finite or is negative, an id twice
+    and an id outside the dataset, with the server's messages."""
+    if len(ids) != len(norms):
+        raise _bad("norms", f"has {len(norms)} entries but ids has {len(ids)}")
+    for j, g in enumerate(norms):
+        if not (math.isfinite(g) and g >= 0.0):
+            raise _bad("norms", f"norms[{j}] = {g}: every norm must be a finite number >= 0")
+    seen = {}
+    for j, i in enumerate(ids):
+        first = seen.setdefault(i, j)
+        if first != j:
+            raise _bad("ids", f"id {i} appears twice in one report (ids[{first}] and ids[{j}])")
+    k = len(layout.names)
+    out = SplitReport([[] for _ in range(k)], [[] for _ in range(k)], [[] for _ in range(k)])
+    for j, (i, g) in enumerate(zip(ids, norms)):
+        s = layout.shard_of(i)
+        if s is None:
+            raise _bad("ids", f"example id {i} is out of range "
+                              f"(the dataset has {layout.ends[-1]} examples)")
+        out.ids[s].append(i - layout.starts[s])
+        out.norms[s].append(g)
+        out.positions[s].append(j)
+    return out
+
+
+def merge(layout: ShardLayout, split_report: SplitReport, step: int, part: Optional[Part],
+          answers: Sequence[StepOutcome]) -> StepOutcome:
+    """The dataset's answer from the shards' (in shard order): thresholds back
+    at their positions, retirements as the dataset's ids, complete only when
+    every shard completed the step, duplicate only when every part was one."""
+    batch = sum(len(p) for p in split_report.positions)
+    thresholds = [0.0] * batch
+    retired: List[int] = []
+    for s, answer in enumerate(answers):
+        if answer.step != step or len(answer.thresholds) != len(split_report.positions[s]):
+            raise ValueError(f"shard {layout.names[s]} answered step {answer.step} with "
+                             f"{len(answer.thresholds)} thresholds to a part of step {step} "
+                             f"with {len(split_report.positions[s])} ids")
+        for j, t in zip(split_report.positions[s], answer.thresholds):
+            thresholds[j] = t
+        retired.extend(r + layout.starts[s] for r in answer.retired)
+    return StepOutcome(
+        step=step,
+        duplicate=all(a.duplicate for a in answers),
+        complete=all(a.complete for a in answers),
+        thresholds=thresholds,
+        retired=retired,
+        part=part,
+    )
+
+
+def combine(layout: ShardLayout, split_report: SplitReport, step: int, part: Optional[Part],
+            results: Sequence[Any]) -> StepOutcome:
+    """The answer for the whole report from each part's result (a
+    :class:`StepOutcome` or the exception it raised): the merged outcome; else
+    the first failure a retry of the whole may cure (no answer, 5xx: the parts
+    applied answer a retry as duplicates); else, when some part was applied and
+    another refused, a ``409`` of type :data:`PARTIALLY_APPLIED` naming them;
+    else the first refusal."""
+    failures = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+    if not failures:
+        return merge(layout, split_report, step, part, results)
+    retryable = [i for i in failures
+                 if not isinstance(results[i], ApiError) or results[i].status >= 500]
+    first = (retryable or failures)[0]
+    error = results[first]
+    applied = [layout.names[i] for i, r in enumerate(results) if not isinstance(r, BaseException)]
+    if isinstance(error, ApiError) and error.status < 500 and applied:
+        detail = (f"the step was applied in part: shard {layout.names[first]!r} refused its part "
+                  f"({error.status}: {error.detail}; ids and positions there are the shard's "
+                  f"own) while {', '.join(applied)} applied theirs; a retry of the same report "
+                  f"is answered as a duplicate by those")
+        problem = Problem(type=PARTIALLY_APPLIED, title="Conflict", status=409, detail=detail,
+                          field=error.field)
+        conflict = Conflict(409, problem, detail, "report_step")
+        conflict.attempts = error.attempts
+        raise conflict from error
+    raise error
