@@ -14,11 +14,9 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::ledger::{check_norms, LedgerStatus, StepOutcome, StepReport};
 use std::ops::Range;
 
-/// The split rule itself, shared with the Rust client (which splits before
-/// sending, issue 26): one source, so both cut a report into identical parts.
-#[path = "../../../clients/rust/src/shard_rule.rs"]
-#[allow(dead_code)]
-mod rule;
+// The split rule itself, shared with the Rust client (which splits before
+// sending, issue 26): one crate, so both cut a report into identical parts.
+use dpledger_shard_rule as rule;
 
 /// A step report split into one report per shard.
 #[derive(Debug, Clone, PartialEq)]

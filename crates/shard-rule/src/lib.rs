@@ -1,12 +1,11 @@
 //! The rule that splits a step's batch by id range over a sharded dataset's
 //! shards (issue 26), written once for the two places that apply it: the
-//! server's node-side split (`src/engine/cluster/shard_split.rs` includes this
-//! file with `#[path]`) and the Rust client's split before sending
-//! (`dpledger_client::shard`).
+//! server's node-side split (`src/engine/cluster/shard_split.rs`) and the Rust
+//! client's split before sending (`dpledger_client::shard`); both depend on this
+//! crate.
 //! Both must cut a report into identical parts, so that a part sent by the
 //! client and the same part cut by a node (a retry through another path) are
-//! one content to the shard: exactly once per part. Standard library only, so
-//! that both crates compile it as it is.
+//! one content to the shard: exactly once per part. Standard library only.
 //!
 //! Shard `s` holds the ids `ranges[s]`; it gets the report's ids of its range
 //! as its own ids (`id - ranges[s].start`), in the report's order, with their
