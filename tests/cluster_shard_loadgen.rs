@@ -1,7 +1,8 @@
 //! `dpledger loadgen --dataset` against a sharded dataset on a real cluster
 //! (issue 26's measurement, `scripts/bench-shards`): one phase sends its steps
 //! through the nodes in turn and asks each privacy query with an owner token
-//! of its own example; every shard applies every step; the nodes count the
+//! of its own example (or, with `--split`, sends each shard's part straight
+//! to its owner); every shard applies every step; the nodes count the
 //! bodies they send each other (`dpledger_cluster_node_*_bytes_total`, what
 //! the script reports as bytes moved between nodes).
 
@@ -82,20 +83,26 @@ fn loadgen_drives_a_sharded_dataset_through_every_node_with_owner_tokens() {
         "{moved} bytes counted between nodes for {} norms",
         steps * batch
     );
-    // A second phase continues the step numbers.
+    // A second phase continues the step numbers, each step split by the
+    // client and its parts sent straight to the shards' owners.
     let again = json_output(
         Command::new(binary())
             .args(["loadgen", "--json", "--token", &admin, "--dataset", "big"])
             .args(["--examples", &n.to_string(), "--batch", &batch.to_string()])
             .args(["--steps", "2", "--first-step", &steps.to_string()])
             .args(["--queries", "3", "--concurrency", "1"])
-            .args(["--url", &cluster.nodes[1].url]),
+            .args(["--url", &cluster.nodes[1].url, "--split"]),
     );
     assert_eq!(again["nodes"], 1, "{again}");
+    assert_eq!(again["split"], true, "{again}");
+    assert_eq!(again["ingest"]["norms"], 2 * batch, "{again}");
     assert_eq!(again["queries"]["owner_tokens"], false, "{again}");
     let view = get(
         &format!("{}/v1/datasets/big", cluster.nodes[0].url),
         Some(&admin),
     );
     assert_eq!(view.body["status"]["steps"], steps + 2, "{:?}", view.body);
+    for shard in view.body["shards"].as_array().expect("shard map") {
+        assert_eq!(shard["steps"], steps + 2, "{:?}", view.body);
+    }
 }
