@@ -18,8 +18,7 @@
 //! No baseline is measured here: the other dataset's phase of the same run is.
 
 use super::loadgen::{agent, batch, encoded_steps, percentile, LoadgenCmd, Rng};
-use super::server::load_or_create_secret;
-use crate::api::{claims_for, Authorizer, Role};
+use super::server::owner_token_minter;
 use crate::store::codec::StepPayload;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -186,27 +185,17 @@ pub(super) fn run(cmd: &LoadgenCmd, dataset: &str) -> anyhow::Result<(serde_json
     step_lat.sort();
     let norms = cmd.steps * cmd.batch.min(cmd.examples as usize) as u64;
     // One bearer per query: an owner token of its example, or the admin's.
-    let secret = cmd
+    let minter = cmd
         .owner_tokens_from
         .as_deref()
-        .map(|dir| load_or_create_secret(dir, false))
+        .map(owner_token_minter)
         .transpose()?;
     let bearers: Vec<String> = (0..cmd.queries)
-        .map(|i| match &secret {
-            Some(secret) => {
-                let example = queried(i, cmd.examples);
-                let claims = claims_for(
-                    "loadgen",
-                    Role::Owner,
-                    Some(dataset.to_string()),
-                    Some([example].into_iter().collect()),
-                    86_400,
-                )?;
-                Ok(format!(
-                    "Bearer {}",
-                    Authorizer::hs256(secret).mint(&claims)?
-                ))
-            }
+        .map(|i| match &minter {
+            Some(mint) => Ok(format!(
+                "Bearer {}",
+                mint(dataset, queried(i, cmd.examples))?
+            )),
             None => Ok(admin.clone()),
         })
         .collect::<anyhow::Result<_>>()?;
@@ -258,7 +247,7 @@ pub(super) fn run(cmd: &LoadgenCmd, dataset: &str) -> anyhow::Result<(serde_json
                    "step_p50_ms": percentile(&step_lat, 0.5),
                    "step_p99_ms": percentile(&step_lat, 0.99)},
         "queries": {"count": query_lat.len(), "concurrency": threads,
-                    "owner_tokens": secret.is_some(),
+                    "owner_tokens": minter.is_some(),
                     "per_second": query_lat.len() as f64 / query_seconds,
                     "p50_ms": percentile(&query_lat, 0.5),
                     "p99_ms": percentile(&query_lat, 0.99),
