@@ -78,13 +78,20 @@ pub async fn call(
     if let Some(auth) = authorization {
         request = request.header(header::AUTHORIZATION, auth);
     }
+    let mut sent = 0;
     if let Some((media, bytes)) = body {
+        sent = bytes.len() as u64;
         request = request.header(header::CONTENT_TYPE, media).body(bytes);
     }
     let answer = request.send().await?;
     metrics::counter!("dpledger_cluster_forwarded_total").increment(1);
     let (status, headers) = (answer.status(), answer.headers().clone());
     let body = answer.bytes().await?;
+    // Bodies moved between nodes (headers not counted): what a sharded
+    // dataset's steps, queries and releases cost the network (issue 26;
+    // the streamed forwarding of `cluster_routes` is not counted).
+    metrics::counter!("dpledger_cluster_node_request_bytes_total").increment(sent);
+    metrics::counter!("dpledger_cluster_node_answer_bytes_total").increment(body.len() as u64);
     Ok(NodeAnswer {
         status,
         headers,

@@ -9,6 +9,9 @@
 //! * With `--during-releases`: one stream's step latency while a curator asks
 //!   for releases back to back, against the same stream's latency without
 //!   them (`release_load.rs`).
+//! * With `--dataset`: one phase (ingest, then owner queries) against a
+//!   dataset the caller created, e.g. a sharded one, through `--nodes` in turn
+//!   (`loadgen_phase.rs`; `scripts/bench-shards` alternates such phases).
 
 use crate::ledger::{DatasetConfig, Ledger, StepReport};
 use crate::store::codec::StepPayload;
@@ -56,6 +59,27 @@ pub struct LoadgenCmd {
     /// dataset run back to back, against the same without releases.
     #[arg(long)]
     pub during_releases: bool,
+    /// Instead of the above: one phase against this existing dataset (sharded
+    /// or not): `--steps` steps from `--first-step`, then `--queries` owner
+    /// queries; no dataset is created and no baseline measured.
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// With `--dataset`: the number of the first step sent.
+    #[arg(long, default_value_t = 0)]
+    pub first_step: u64,
+    /// With `--dataset`: the nodes that steps and queries go to in turn
+    /// (comma-separated base URLs; default `--url`).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<String>,
+    /// With `--dataset`: a server data directory whose secret mints an owner
+    /// token for each queried example (default: the admin token asks).
+    #[arg(long)]
+    pub owner_tokens_from: Option<std::path::PathBuf>,
+    /// With `--dataset` of a sharded dataset: send each shard's part of a step
+    /// straight to the shard's owner, the parts in parallel (what a client
+    /// that splits does), instead of whole reports through `--nodes`.
+    #[arg(long)]
+    pub split: bool,
 }
 
 pub(super) fn agent() -> ureq::Agent {

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod data_dependent;
 pub mod demo;
 pub mod loadgen;
+mod loadgen_phase;
 mod release_load;
 pub mod server;
 
@@ -240,7 +241,9 @@ pub fn run(cli: Cli) -> Result<(), String> {
             return write_stdout(&text);
         }
         Command::Loadgen(c) => {
-            let figures = if c.inner.during_releases {
+            let figures = if let Some(dataset) = &c.inner.dataset {
+                loadgen_phase::run(&c.inner, dataset)
+            } else if c.inner.during_releases {
                 release_load::run(&c.inner)
             } else {
                 c.inner.run()

@@ -552,6 +552,26 @@ impl TokenCmd {
     }
 }
 
+/// Mints owner tokens of one example each with the server secret in
+/// `data_dir` (read once): what `dpledger token --role owner` prints, for
+/// `dpledger loadgen`, whose privacy queries ask as owners.
+pub(super) fn owner_token_minter(
+    data_dir: &Path,
+) -> anyhow::Result<impl Fn(&str, u64) -> anyhow::Result<String>> {
+    let authorizer = Authorizer::hs256(&load_or_create_secret(data_dir, false)?);
+    Ok(move |dataset: &str, example: u64| {
+        let examples = Some([example].into_iter().collect());
+        let claims = claims_for(
+            "loadgen",
+            Role::Owner,
+            Some(dataset.to_string()),
+            examples,
+            86_400,
+        )?;
+        authorizer.mint(&claims)
+    })
+}
+
 impl OpenApiCmd {
     /// Print or write the document.
     pub fn run(&self) -> anyhow::Result<Option<String>> {

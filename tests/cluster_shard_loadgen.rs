@@ -1,0 +1,108 @@
+//! `dpledger loadgen --dataset` against a sharded dataset on a real cluster
+//! (issue 26's measurement, `scripts/bench-shards`): one phase sends its steps
+//! through the nodes in turn and asks each privacy query with an owner token
+//! of its own example (or, with `--split`, sends each shard's part straight
+//! to its owner); every shard applies every step; the nodes count the
+//! bodies they send each other (`dpledger_cluster_node_*_bytes_total`, what
+//! the script reports as bytes moved between nodes).
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use cluster::*;
+use common::*;
+use serde_json::json;
+use std::process::Command;
+
+/// Body bytes node `url` sent to other nodes and read back from them.
+fn node_bytes(url: &str, token: &str) -> f64 {
+    let text = ureq::get(&format!("{url}/metrics"))
+        .set("Authorization", &format!("Bearer {token}"))
+        .call()
+        .expect("metrics")
+        .into_string()
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("dpledger_cluster_node_request_bytes_total")
+                || l.starts_with("dpledger_cluster_node_answer_bytes_total")
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn loadgen_drives_a_sharded_dataset_through_every_node_with_owner_tokens() {
+    let Some(cluster) = Cluster::start(3, 4000) else {
+        return;
+    };
+    cluster.wait_active(3);
+    let admin = cluster.admin_token();
+    let (n, batch, steps, queries) = (400u64, 32u64, 6u64, 12u64);
+    let created = post(
+        &format!("{}/v1/datasets", cluster.nodes[0].url),
+        Some(&admin),
+        &json!({"id": "big", "config": poisson_config(n, batch as f64 / n as f64, 1.0), "shards": 4}),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let total = |c: &Cluster| -> f64 { c.nodes.iter().map(|x| node_bytes(&x.url, &admin)).sum() };
+    let before = total(&cluster);
+    let urls: Vec<&str> = cluster.nodes.iter().map(|x| x.url.as_str()).collect();
+    let figures = json_output(
+        Command::new(binary())
+            .args(["loadgen", "--json", "--token", &admin, "--dataset", "big"])
+            .args(["--examples", &n.to_string(), "--batch", &batch.to_string()])
+            .args(["--steps", &steps.to_string(), "--first-step", "0"])
+            .args(["--queries", &queries.to_string(), "--concurrency", "3"])
+            .arg("--owner-tokens-from")
+            .arg(cluster.data_dir())
+            .args(["--nodes", &urls.join(",")]),
+    );
+    assert_eq!(figures["dataset"], "big", "{figures}");
+    assert_eq!(figures["nodes"], 3, "{figures}");
+    assert_eq!(figures["ingest"]["norms"], steps * batch, "{figures}");
+    assert_eq!(figures["queries"]["count"], queries, "{figures}");
+    assert_eq!(figures["queries"]["owner_tokens"], true, "{figures}");
+    // Every shard applied every step (empty parts included).
+    let view = get(
+        &format!("{}/v1/datasets/big", cluster.nodes[2].url),
+        Some(&admin),
+    );
+    assert_eq!(view.status, 200, "{:?}", view.body);
+    let shards = view.body["shards"].as_array().expect("shard map");
+    assert_eq!(shards.len(), 4, "{shards:?}");
+    for shard in shards {
+        assert_eq!(shard["steps"], steps, "{shards:?}");
+    }
+    // Every norm crossed from a coordinating node to its shard as 8 bytes at
+    // least (the binary step part), and the counters saw it.
+    let moved = total(&cluster) - before;
+    assert!(
+        moved >= (steps * batch * 8) as f64,
+        "{moved} bytes counted between nodes for {} norms",
+        steps * batch
+    );
+    // A second phase continues the step numbers, each step split by the
+    // client and its parts sent straight to the shards' owners.
+    let again = json_output(
+        Command::new(binary())
+            .args(["loadgen", "--json", "--token", &admin, "--dataset", "big"])
+            .args(["--examples", &n.to_string(), "--batch", &batch.to_string()])
+            .args(["--steps", "2", "--first-step", &steps.to_string()])
+            .args(["--queries", "3", "--concurrency", "1"])
+            .args(["--url", &cluster.nodes[1].url, "--split"]),
+    );
+    assert_eq!(again["nodes"], 1, "{again}");
+    assert_eq!(again["split"], true, "{again}");
+    assert_eq!(again["ingest"]["norms"], 2 * batch, "{again}");
+    assert_eq!(again["queries"]["owner_tokens"], false, "{again}");
+    let view = get(
+        &format!("{}/v1/datasets/big", cluster.nodes[0].url),
+        Some(&admin),
+    );
+    assert_eq!(view.body["status"]["steps"], steps + 2, "{:?}", view.body);
+    for shard in view.body["shards"].as_array().expect("shard map") {
+        assert_eq!(shard["steps"], steps + 2, "{:?}", view.body);
+    }
+}
