@@ -344,7 +344,6 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
         ("GET", "/releases/latest"),
         ("POST", "/refresh"),
         ("PUT", "/labels"),
-        ("POST", "/archive"),
         ("GET", "/release-budget"),
     ] {
         let url = format!("{}/v1/datasets/s{path}", via(1));
@@ -369,7 +368,6 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
             ("POST", "/releases"),
             ("POST", "/refresh"),
             ("PUT", "/labels"),
-            ("POST", "/archive"),
         ] {
             let url = format!("{}/v1/datasets/s~6{path}", via(node));
             let r = match method {

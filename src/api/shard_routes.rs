@@ -5,7 +5,7 @@
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
 //! dataset), and merges the answers. What cannot be answered exactly yet
-//! (releases, refreshes, labels, archiving) is refused with
+//! (releases, refreshes, labels) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
@@ -37,7 +37,7 @@ pub(super) struct Shards {
 
 /// One request to one shard: which, method, path after the shard's
 /// `/v1/datasets/{shard}`, body.
-type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
+pub(super) type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
 
 impl Shards {
     /// Sends `request` to its shard's owner; a refusal to send (no live owner,
@@ -102,7 +102,10 @@ impl Shards {
     /// Sends every request in parallel; answers in the same order, or the
     /// first failure: a refusal to send or a 5xx first (retryable: the parts
     /// that were applied answer as duplicates), then any other non-2xx.
-    async fn send_all(&self, requests: Vec<ShardRequest>) -> Result<Vec<NodeAnswer>, Response> {
+    pub(super) async fn send_all(
+        &self,
+        requests: Vec<ShardRequest>,
+    ) -> Result<Vec<NodeAnswer>, Response> {
         let mut answers = self.gather(requests).await;
         match first_failure(&answers) {
             Some(i) => Err(match answers.swap_remove(i) {
@@ -299,6 +302,15 @@ async fn serve_inner(
                 .map_err(|e| problem(e.into()))?;
             Ok(json_response(StatusCode::OK, &merged))
         }
+        (Method::POST, ["archive"]) => {
+            claims.authorize(Access::Curate(&d)).map_err(problem)?;
+            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
+                .await
+                .map_err(problem)?;
+            idempotency.key(b"").map_err(problem)?;
+            let view = super::shard_archive::archive(&shards).await?;
+            Ok(json_response(StatusCode::OK, &view))
+        }
         (Method::GET, ["thresholds"]) => {
             claims.authorize(Access::Train(&d)).map_err(problem)?;
             let range = ApiQuery::<ThresholdRange>::from_request_parts(&mut parts, &state)
@@ -396,15 +408,19 @@ async fn serve_inner(
 }
 
 /// A change sent straight to one shard `{d}~{start}` that its dataset refuses
-/// (`409 sharded-unsupported`): releases, refreshes, labels, budgets or archiving
-/// on one shard would charge or change it alone. Reads and step parts (what a
-/// node sends its shards) pass; a step part sent to one shard by hand is a
-/// part of that shard's step, accounted as such.
+/// (`409 sharded-unsupported`): releases, refreshes, labels or budgets on one
+/// shard would charge or change it alone. Reads, step parts and archiving
+/// (what a node sends its shards) pass; a step part sent to one shard by hand
+/// is a part of that shard's step, accounted as such; a shard archived by
+/// hand makes the dataset read-only (its view says archived), which archiving
+/// the dataset completes.
 pub(super) fn refuse_shard_change(id: &str, request: &Request) -> Option<Response> {
     let (dataset, _) = crate::engine::cluster::parse_shard_id(id)?;
     let path = request.uri().path();
-    let is_step = path.ends_with("/steps") && *request.method() == Method::POST;
-    if *request.method() == Method::GET || is_step {
+    let post = *request.method() == Method::POST;
+    let is_step = path.ends_with("/steps") && post;
+    let is_archive = path.ends_with("/archive") && post;
+    if *request.method() == Method::GET || is_step || is_archive {
         return None;
     }
     Some(
@@ -424,8 +440,8 @@ fn sharded_unsupported(what: String) -> Problem {
         StatusCode::CONFLICT,
         "sharded-unsupported",
         format!(
-            "{what} (releases, refreshes, labels, budgets and archiving are not yet merged \
-             across shards; see docs/cluster.md)"
+            "{what} (releases, refreshes, labels and budgets are not yet merged across \
+             shards; see docs/cluster.md)"
         ),
     )
 }
