@@ -39,7 +39,6 @@ pub mod permissions;
 pub mod problem;
 mod release_routes;
 pub mod routes;
-mod shard_archive;
 mod shard_create;
 mod shard_routes;
 pub mod shard_view;

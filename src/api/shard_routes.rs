@@ -37,7 +37,7 @@ pub(super) struct Shards {
 
 /// One request to one shard: which, method, path after the shard's
 /// `/v1/datasets/{shard}`, body.
-pub(super) type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
+type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
 
 impl Shards {
     /// Sends `request` to its shard's owner; a refusal to send (no live owner,
@@ -102,10 +102,7 @@ impl Shards {
     /// Sends every request in parallel; answers in the same order, or the
     /// first failure: a refusal to send or a 5xx first (retryable: the parts
     /// that were applied answer as duplicates), then any other non-2xx.
-    pub(super) async fn send_all(
-        &self,
-        requests: Vec<ShardRequest>,
-    ) -> Result<Vec<NodeAnswer>, Response> {
+    async fn send_all(&self, requests: Vec<ShardRequest>) -> Result<Vec<NodeAnswer>, Response> {
         let mut answers = self.gather(requests).await;
         match first_failure(&answers) {
             Some(i) => Err(match answers.swap_remove(i) {
@@ -308,8 +305,16 @@ async fn serve_inner(
                 .await
                 .map_err(problem)?;
             idempotency.key(b"").map_err(problem)?;
-            let view = super::shard_archive::archive(&shards).await?;
-            Ok(json_response(StatusCode::OK, &view))
+            // Every shard, each by its owner; a shard's archive is idempotent
+            // (an archived shard answers as archived), so a fan-out that
+            // failed part-way is completed by the same request again. The
+            // dataset reads as archived (read-only) once any shard is: that
+            // shard refuses its part of every step.
+            let requests = (0..layout.ranges.len())
+                .map(|s| (s, Method::POST, "/archive".to_string(), None))
+                .collect();
+            shards.send_all(requests).await?;
+            Ok(json_response(StatusCode::OK, &view(&shards).await?))
         }
         (Method::GET, ["thresholds"]) => {
             claims.authorize(Access::Train(&d)).map_err(problem)?;
