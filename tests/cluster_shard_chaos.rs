@@ -72,10 +72,11 @@ struct Seen {
 }
 
 /// Posts `reports` in order, each through the next node (rotating further on
-/// each failure), retrying the same report until it is acknowledged (what the
-/// clients retry: 429, 502, 503, 504 and transport failures; a 500 is
-/// recorded as a failure and retried). `stop` is read only between steps, so
-/// a step begun is always finished: none is left applied by some shards only.
+/// each failure), retrying the same report until it is acknowledged: what the
+/// clients retry (429, 502, 503, 504, transport failures, a timeout of 2 s);
+/// a 500 is recorded as a failure and retried. `stop` is read only between
+/// steps, so a step begun is always finished: none is left applied by some
+/// shards only.
 fn train(
     urls: Vec<String>,
     dataset: &str,
@@ -84,8 +85,11 @@ fn train(
     stop: &AtomicBool,
 ) -> Seen {
     let mut seen = Seen::default();
+    // A short timeout: a report sent to a paused node is given up on and sent
+    // again elsewhere while the first may still be forwarded when the node
+    // resumes, so the shards also see stale copies of parts.
     let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(20))
+        .timeout(Duration::from_secs(2))
         .build();
     let mut which = 0usize;
     while seen.acked < reports.len() {
