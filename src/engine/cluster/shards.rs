@@ -345,7 +345,7 @@ mod tests {
         assert!(check_single_ledger(&config(25), 25).is_ok());
         assert!(check_single_ledger(&config(26), 25).is_err());
         // The default fits a 24 GB node at about 780 bytes per example.
-        assert!(DEFAULT_MAX_SHARD_EXAMPLES * 780 < 16_000_000_000);
+        const { assert!(DEFAULT_MAX_SHARD_EXAMPLES * 780 < 16_000_000_000) };
     }
 
     #[test]
