@@ -5,6 +5,8 @@
 //! change, and a single server (nothing to shard over) refuses it saying what
 //! to do. Archiving: every shard is archived, a retry completes a partial
 //! archive, and the dataset's view, list and answers stay consistent.
+//! Refreshes: split by id range, exactly once per shard with the caller's
+//! `Idempotency-Key`, accounted exactly like one ledger's.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -212,7 +214,7 @@ fn archiving_a_sharded_dataset_archives_every_shard_once_and_for_all() {
     assert_eq!(again.body["archived"], first.body["archived"]);
     assert_eq!(again.body["status"], first.body["status"]);
     for shard in &shards {
-        assert_eq!(archived_records(&cluster, shard), 1, "{shard}");
+        assert_eq!(records(&cluster, shard, 6), 1, "{shard}");
         let r = get(&url(1, &format!("/v1/datasets/{shard}")), Some(&admin));
         assert_eq!(r.body["archived"], true, "{shard}: {:?}", r.body);
     }
@@ -234,14 +236,13 @@ fn archiving_a_sharded_dataset_archives_every_shard_once_and_for_all() {
     assert_eq!(list.body["datasets"], json!(["a"]));
 }
 
-/// How many archive records `dataset`'s log holds.
-fn archived_records(cluster: &Cluster, dataset: &str) -> i64 {
+/// How many records of `kind` (6: archived, 3: refresh) `dataset`'s log holds.
+fn records(cluster: &Cluster, dataset: &str, kind: i16) -> i64 {
     let (url, dataset) = (cluster.schema.url.clone(), dataset.to_string());
     std::thread::spawn(move || {
         let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        // Kind 6: RecordKind::Archived.
         c.query_one(
-            "SELECT count(*) FROM dpledger_events WHERE dataset = $1 AND kind = 6",
+            &format!("SELECT count(*) FROM dpledger_events WHERE dataset = $1 AND kind = {kind}"),
             &[&dataset],
         )
         .unwrap()
@@ -249,4 +250,128 @@ fn archived_records(cluster: &Cluster, dataset: &str) -> i64 {
     })
     .join()
     .unwrap()
+}
+
+#[test]
+fn refreshes_of_a_sharded_dataset_account_like_one_ledger_and_once_per_shard() {
+    let Some(cluster) = Cluster::start(3, 4000) else {
+        return;
+    };
+    cluster.wait_active(3);
+    let admin = cluster.admin_token();
+    let url = |i: usize, path: &str| format!("{}{path}", cluster.nodes[i % 3].url);
+    let (n, q) = (40u64, 0.4);
+    let mut config = poisson_config(n, q, 1.0);
+    config["individual_budget"] = json!({"epsilon": 5.0, "delta": 1e-5});
+    for (id, shards) in [("plain", Value::Null), ("big", json!(4))] {
+        let r = post(
+            &url(0, "/v1/datasets"),
+            Some(&admin),
+            &json!({"id": id, "config": config, "shards": shards}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let shards: Vec<String> = (0..4).map(|s| format!("big~{}", s * 10)).collect();
+    let trace = poisson_trace(11, n, q, 16);
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(26);
+    let mut refreshes = 0;
+    for (t, step) in trace.iter().enumerate() {
+        let a = post(&url(t, "/v1/datasets/plain/steps"), Some(&admin), step);
+        let b = post(&url(t + 1, "/v1/datasets/big/steps"), Some(&admin), step);
+        assert_eq!((a.status, &a.body), (200, &b.body), "step {t}");
+        if t % 4 != 3 {
+            continue;
+        }
+        // A full-batch refresh, ids in a shuffled order, with a key; the
+        // same request again through another node is answered the same.
+        let mut ids: Vec<u64> = (0..n).collect();
+        for i in (1..ids.len()).rev() {
+            ids.swap(i, rng.random_range(0..=i));
+        }
+        let norms: Vec<f64> = ids.iter().map(|_| rng.random::<f64>() * 1.5).collect();
+        let body = json!({"ids": ids, "norms": norms});
+        let key = format!("refresh-{t}");
+        let a = post_keyed(&url(t, "/v1/datasets/plain/refresh"), &admin, &key, &body);
+        let b = post_keyed(&url(t + 2, "/v1/datasets/big/refresh"), &admin, &key, &body);
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        assert_eq!(b.status, 200, "{:?}", b.body);
+        assert_eq!(a.body["thresholds"], b.body["thresholds"], "refresh at {t}");
+        assert_eq!(a.body["effective_step"], b.body["effective_step"]);
+        assert_eq!(sorted(&a.body["retired"]), sorted(&b.body["retired"]));
+        let again = post_keyed(&url(t + 1, "/v1/datasets/big/refresh"), &admin, &key, &body);
+        assert_eq!(again.status, 200, "{:?}", again.body);
+        assert_eq!(again.body["thresholds"], b.body["thresholds"]);
+        refreshes += 1;
+    }
+    // A refresh of ids of one shard reaches that shard only.
+    let body = json!({"ids": [12, 17], "norms": [0.3, 0.9]});
+    let a = post_keyed(&url(0, "/v1/datasets/plain/refresh"), &admin, "one", &body);
+    let b = post_keyed(&url(1, "/v1/datasets/big/refresh"), &admin, "one", &body);
+    assert_eq!(
+        (a.status, &a.body["thresholds"]),
+        (200, &b.body["thresholds"])
+    );
+    for (s, shard) in shards.iter().enumerate() {
+        let extra = i64::from(s == 1);
+        assert_eq!(records(&cluster, shard, 3), refreshes + extra, "{shard}");
+    }
+    // A bad refresh is refused before any shard sees it.
+    let r = post_keyed(
+        &url(2, "/v1/datasets/big/refresh"),
+        &admin,
+        "bad",
+        &json!({"ids": [1, 39], "norms": [0.5, -1.0]}),
+    );
+    assert_eq!((r.status, r.body["field"].clone()), (400, json!("norms")));
+    // Then the same accounting everywhere: one more step, every example, the
+    // thresholds, the status.
+    let step = json!({"step": 16, "ids": [1, 12, 17, 33], "norms": [0.2, 0.4, 0.6, 0.8]});
+    let a = post(&url(0, "/v1/datasets/plain/steps"), Some(&admin), &step);
+    let b = post(&url(1, "/v1/datasets/big/steps"), Some(&admin), &step);
+    assert_eq!((a.status, &a.body), (200, &b.body));
+    for id in 0..n {
+        let path = |d: &str| format!("/v1/datasets/{d}/examples/{id}/privacy");
+        let a = get(&url(id as usize, &path("plain")), Some(&admin));
+        let b = get(&url(id as usize + 1, &path("big")), Some(&admin));
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        assert_eq!(a.body, b.body, "example {id}");
+    }
+    let a = get(&url(0, "/v1/datasets/plain/thresholds"), Some(&admin));
+    let b = get(&url(1, "/v1/datasets/big/thresholds"), Some(&admin));
+    assert_eq!(a.body, b.body);
+    let a = get(&url(0, "/v1/datasets/plain"), Some(&admin));
+    let b = get(&url(1, "/v1/datasets/big"), Some(&admin));
+    for field in ["steps", "retired", "over_budget", "guarantee"] {
+        assert_eq!(a.body["status"][field], b.body["status"][field], "{field}");
+    }
+}
+
+fn sorted(ids: &Value) -> Vec<u64> {
+    let mut v: Vec<u64> = ids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// POST with an `Idempotency-Key`.
+fn post_keyed(url: &str, token: &str, key: &str, body: &Value) -> Reply {
+    let r = ureq::post(url)
+        .set("Authorization", &format!("Bearer {token}"))
+        .set("Idempotency-Key", key)
+        .send_json(body.clone());
+    let (status, r) = match r {
+        Ok(r) => (r.status(), r),
+        Err(ureq::Error::Status(code, r)) => (code, r),
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    Reply {
+        status,
+        content_type: r.content_type().to_string(),
+        body: r.into_json().unwrap_or(Value::Null),
+    }
 }

@@ -173,6 +173,7 @@ async fn create_inner(
         node,
         layout,
         authorization,
+        idempotency_key: None,
     };
     Ok(match view(&shards).await {
         Ok(view) => json_response(StatusCode::CREATED, &view),
