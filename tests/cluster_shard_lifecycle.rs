@@ -304,17 +304,20 @@ fn refreshes_of_a_sharded_dataset_account_like_one_ledger_and_once_per_shard() {
         assert_eq!(again.body["thresholds"], b.body["thresholds"]);
         refreshes += 1;
     }
-    // A refresh of ids of one shard reaches that shard only.
-    let body = json!({"ids": [12, 17], "norms": [0.3, 0.9]});
-    let a = post_keyed(&url(0, "/v1/datasets/plain/refresh"), &admin, "one", &body);
-    let b = post_keyed(&url(1, "/v1/datasets/big/refresh"), &admin, "one", &body);
-    assert_eq!(
-        (a.status, &a.body["thresholds"]),
-        (200, &b.body["thresholds"])
-    );
-    for (s, shard) in shards.iter().enumerate() {
-        let extra = i64::from(s == 1);
-        assert_eq!(records(&cluster, shard, 3), refreshes + extra, "{shard}");
+    // A refresh of ids of one shard, and one of none, reach every shard (the
+    // same checkpoints in every shard's log, as in one ledger's).
+    for (key, body) in [
+        ("one", json!({"ids": [12, 17], "norms": [0.3, 0.9]})),
+        ("none", json!({"ids": [], "norms": []})),
+    ] {
+        let a = post_keyed(&url(0, "/v1/datasets/plain/refresh"), &admin, key, &body);
+        let b = post_keyed(&url(1, "/v1/datasets/big/refresh"), &admin, key, &body);
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        assert_eq!(a.body, b.body, "{key}");
+        refreshes += 1;
+    }
+    for shard in &shards {
+        assert_eq!(records(&cluster, shard, 3), refreshes, "{shard}");
     }
     // A bad refresh is refused before any shard sees it.
     let r = post_keyed(

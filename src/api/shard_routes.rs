@@ -332,14 +332,16 @@ async fn serve_inner(
                 .map_err(problem)?;
             let request: RefreshRequest = raw.json().map_err(problem)?;
             // Split like a step (the same checks before any shard sees it);
-            // each shard holding ids refreshes its own, with the caller's
-            // key, so that a retry is recognised shard by shard.
+            // every shard refreshes its own ids (none, for some: the
+            // checkpoint is then in every shard's log, as in one ledger's),
+            // with the caller's key, so that a retry is recognised shard by
+            // shard.
             let split = split_step(
                 &layout,
                 &crate::ledger::StepReport::new(0, request.ids, request.norms),
             )
             .map_err(|e| problem(e.into()))?;
-            let targets = split.refresh_targets();
+            let targets: Vec<usize> = (0..layout.ranges.len()).collect();
             let requests = targets
                 .iter()
                 .map(|&s| {

@@ -152,22 +152,9 @@ impl SplitStep {
 }
 
 impl SplitStep {
-    /// The shards a refresh split like a step goes to: those holding any of
-    /// its ids (a refresh changes only the examples it names), or every
-    /// shard when it names none (each then answers the step it takes effect
-    /// at, as an unsharded ledger does).
-    pub fn refresh_targets(&self) -> Vec<usize> {
-        let holding: Vec<usize> = (0..self.parts.len())
-            .filter(|&s| !self.positions[s].is_empty())
-            .collect();
-        if holding.is_empty() {
-            (0..self.parts.len()).collect()
-        } else {
-            holding
-        }
-    }
-
-    /// The dataset's answer to a refresh from its target shards' answers
+    /// The dataset's answer to a refresh split like a step (every shard gets
+    /// its part, an empty one included, so that every shard's log has the
+    /// same checkpoints, as it has the same steps) from its shards' answers
     /// (`(shard, answer)`): each id's new threshold from its shard, in the
     /// request's order; every retirement as the dataset's id; the step it
     /// takes effect at, the latest any shard said (equal between steps).
