@@ -1,12 +1,14 @@
 //! Chaos over a sharded dataset (issue 26 item 5): a 4-shard dataset on three
 //! nodes, one trainer posting a seeded trace (some steps in two data-parallel
-//! parts) through the nodes in turn, every report retried until it is
+//! parts, full-batch refreshes with an `Idempotency-Key` between some steps)
+//! through the nodes in turn, every report retried until it is
 //! acknowledged (as the clients do), while the test injects faults one after
 //! another: SIGKILL then restart, SIGSTOP past the lease then SIGCONT, and a
 //! rolling restart (every node in turn gets SIGTERM, drains, and is started
 //! again). At the end nothing is lost, doubled, or applied to only part of the
-//! shards: every shard logged every part of every acknowledged step exactly
-//! once (epochs never going back), the shards' step counters are equal, and
+//! shards: every shard logged every part of every acknowledged step and every
+//! acknowledged refresh exactly once (epochs never going back), the shards'
+//! step counters are equal, and
 //! every per-example answer, the thresholds and the worst case are
 //! byte-identical to those of an unsharded dataset fed the same acknowledged
 //! reports.
@@ -30,15 +32,26 @@ use std::time::{Duration, Instant};
 /// the filter retires examples during a long trace.
 fn config(n: u64, q: f64) -> Value {
     let mut c = poisson_config(n, q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 16.0, "delta": 1e-5});
+    c["individual_budget"] = json!({"epsilon": 19.0, "delta": 1e-5});
     c
 }
 
 /// The reports of a seeded trace: step `t` whole, except every fifth step,
-/// sent in two data-parallel parts (the first half of its ids, then the rest).
+/// sent in two data-parallel parts (the first half of its ids, then the rest),
+/// and before every seventh step a full-batch refresh (`{"refresh": body,
+/// "key": its Idempotency-Key}`).
 fn reports(seed: u64, n: u64, q: f64, steps: u64) -> Vec<Value> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed + 1);
     let mut out = Vec::new();
     for (t, step) in poisson_trace(seed, n, q, steps).into_iter().enumerate() {
+        if t % 7 == 6 {
+            let norms: Vec<f64> = (0..n).map(|_| rng.random::<f64>() * 1.3).collect();
+            out.push(
+                json!({"refresh": {"ids": (0..n).collect::<Vec<u64>>(), "norms": norms},
+                            "key": format!("refresh-before-{t}"), "step": t}),
+            );
+        }
         if t % 5 != 4 {
             out.push(step);
             continue;
@@ -106,15 +119,24 @@ fn train(
                 seen.acked
             );
             which += 1;
-            let url = format!("{}/v1/datasets/{dataset}/steps", urls[which % urls.len()]);
-            let answer = agent
-                .post(&url)
-                .set("Authorization", &format!("Bearer {token}"))
-                .send_json(report.clone());
+            let base = &urls[which % urls.len()];
+            let answer = match report.get("refresh") {
+                Some(refresh) => agent
+                    .post(&format!("{base}/v1/datasets/{dataset}/refresh"))
+                    .set("Authorization", &format!("Bearer {token}"))
+                    .set("Idempotency-Key", report["key"].as_str().unwrap())
+                    .send_json(refresh.clone()),
+                None => agent
+                    .post(&format!("{base}/v1/datasets/{dataset}/steps"))
+                    .set("Authorization", &format!("Bearer {token}"))
+                    .send_json(report.clone()),
+            };
             match answer {
                 Ok(r) => {
                     let body: Value = r.into_json().unwrap_or(Value::Null);
-                    if body["step"] != report["step"] {
+                    // A refresh takes effect at the step that follows it.
+                    let step = body.get("effective_step").unwrap_or(&body["step"]);
+                    if *step != report["step"] {
                         seen.failures
                             .push(format!("report {}: answered {body}", seen.acked));
                     }
@@ -235,12 +257,17 @@ fn faults_under_a_sharded_dataset_lose_double_and_split_nothing() {
         seen.acked > 10,
         "too few reports acknowledged to say anything: {seen:?}"
     );
-    // The trainer stops between steps.
-    let steps = acked.last().unwrap()["step"].as_u64().unwrap() + 1;
 
     // Every shard: every acknowledged part exactly once, in order, epochs
     // never going back, and the same step counter.
-    let expected: Vec<i64> = acked.iter().map(|r| r["step"].as_i64().unwrap()).collect();
+    let expected: Vec<i64> = acked
+        .iter()
+        .filter(|r| r.get("refresh").is_none())
+        .map(|r| r["step"].as_i64().unwrap())
+        .collect();
+    let refreshes = acked.iter().filter(|r| r.get("refresh").is_some()).count() as i64;
+    // The trainer stops between steps.
+    let steps = expected.last().map_or(0, |t| *t as u64 + 1);
     for shard in &shards {
         let logged: Vec<i64> = cluster
             .logged_steps(shard)
@@ -248,6 +275,11 @@ fn faults_under_a_sharded_dataset_lose_double_and_split_nothing() {
             .map(|(_, step, _)| *step)
             .collect();
         assert_eq!(logged, expected, "{shard}: a part lost or doubled");
+        assert_eq!(
+            refresh_records(&cluster, shard),
+            refreshes,
+            "{shard}: a refresh lost or doubled"
+        );
         assert_epochs_monotone(&cluster, shard);
     }
     let view = get_retrying(
@@ -325,4 +357,21 @@ fn faults_under_a_sharded_dataset_lose_double_and_split_nothing() {
         seen.duplicates,
         view["status"]["retired"]
     );
+}
+
+/// How many refresh records `dataset`'s log holds.
+fn refresh_records(cluster: &Cluster, dataset: &str) -> i64 {
+    let (url, dataset) = (cluster.schema.url.clone(), dataset.to_string());
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        // Kind 3: RecordKind::Refresh.
+        c.query_one(
+            "SELECT count(*) FROM dpledger_events WHERE dataset = $1 AND kind = 3",
+            &[&dataset],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .join()
+    .unwrap()
 }
