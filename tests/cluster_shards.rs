@@ -342,9 +342,7 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     for (method, path) in [
         ("POST", "/releases"),
         ("GET", "/releases/latest"),
-        ("POST", "/refresh"),
         ("PUT", "/labels"),
-        ("POST", "/archive"),
         ("GET", "/release-budget"),
     ] {
         let url = format!("{}/v1/datasets/s{path}", via(1));
@@ -365,12 +363,7 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     // Nor can a change reach one shard by its own id, on any node (it would
     // charge or change that shard alone): only reads and step parts pass.
     for node in 0..cluster.nodes.len() {
-        for (method, path) in [
-            ("POST", "/releases"),
-            ("POST", "/refresh"),
-            ("PUT", "/labels"),
-            ("POST", "/archive"),
-        ] {
+        for (method, path) in [("POST", "/releases"), ("PUT", "/labels")] {
             let url = format!("{}/v1/datasets/s~6{path}", via(node));
             let r = match method {
                 "PUT" => put(&url, Some(&curator), &json!({})),

@@ -216,7 +216,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
             return too_large();
         };
-        if is_sharded_creation(&bytes) {
+        if is_sharded_creation(&bytes, state.limits.max_shard_examples) {
             return super::shard_create::create(state.clone(), node, parts, bytes).await;
         }
         request = Request::from_parts(parts, Body::from(bytes));
@@ -309,11 +309,17 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     }
 }
 
-/// Whether a creation's body asks for shards (`"shards"` present and not null).
-fn is_sharded_creation(body: &[u8]) -> bool {
+/// Whether a creation's body asks for shards (`"shards"` present and not
+/// null) or is sharded automatically (`config.examples` above `bound`).
+fn is_sharded_creation(body: &[u8], bound: u64) -> bool {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
-        .is_some_and(|v| v.get("shards").is_some_and(|s| !s.is_null()))
+        .is_some_and(|v| {
+            v.get("shards").is_some_and(|s| !s.is_null())
+                || v.pointer("/config/examples")
+                    .and_then(serde_json::Value::as_u64)
+                    .is_some_and(|n| n > bound)
+        })
 }
 
 fn too_large() -> Response {

@@ -48,7 +48,9 @@ pub struct CreateDataset {
     /// Cluster mode: split the dataset into this many contiguous ranges of
     /// example ids (1–256, at most `examples`), each its own ledger and lease,
     /// placed on different nodes where possible (Poisson sampling only; no
-    /// releases yet). Absent: one ledger.
+    /// releases yet). Absent: one ledger, or in cluster mode
+    /// ⌈examples / bound⌉ shards when `examples` is above the nodes'
+    /// `--max-shard-examples` (a single server refuses such a creation).
     #[serde(default)]
     pub shards: Option<u32>,
 }
@@ -221,6 +223,9 @@ async fn create_dataset(
             }
         })
         .with_field("shards"));
+    }
+    if state.engine.cluster().is_none() {
+        crate::engine::cluster::check_single_ledger(&body.config, state.limits.max_shard_examples)?;
     }
     let setup = DatasetSetup {
         release_budget: body

@@ -73,10 +73,27 @@ pub async fn call(
     authorization: Option<&HeaderValue>,
     body: Option<(&'static str, Vec<u8>)>,
 ) -> Result<NodeAnswer, reqwest::Error> {
+    call_keyed(base, me, method, path_and_query, authorization, None, body).await
+}
+
+/// [`call`] with the caller's `Idempotency-Key` passed on (a sharded refresh:
+/// each shard recognises a retry of its part by the same key).
+pub async fn call_keyed(
+    base: &str,
+    me: &str,
+    method: Method,
+    path_and_query: &str,
+    authorization: Option<&HeaderValue>,
+    idempotency_key: Option<&HeaderValue>,
+    body: Option<(&'static str, Vec<u8>)>,
+) -> Result<NodeAnswer, reqwest::Error> {
     let url = format!("{}{path_and_query}", base.trim_end_matches('/'));
     let mut request = client().request(method, url).header(FORWARDED, me);
     if let Some(auth) = authorization {
         request = request.header(header::AUTHORIZATION, auth);
+    }
+    if let Some(key) = idempotency_key {
+        request = request.header(super::idempotency::HEADER, key);
     }
     let mut sent = 0;
     if let Some((media, bytes)) = body {

@@ -1,5 +1,6 @@
-//! A sharded creation (`POST /v1/datasets` with `"shards"`, issue 26,
-//! `docs/cluster.md` "Sharded datasets"), coordinated by the node that
+//! A sharded creation (`POST /v1/datasets` with `"shards"`, or without it and
+//! more examples than `--max-shard-examples`: ⌈examples / bound⌉ shards;
+//! issue 26, `docs/cluster.md` "Sharded datasets"), coordinated by the node that
 //! receives it: authorise (admin), validate everything, record the layout
 //! (the name's claim), then create each shard on the node
 //! `ClusterNode::spread` gives it, in parallel. A retried creation with the
@@ -13,7 +14,7 @@ use super::node_client::call;
 use super::problem::{ApiResult, Problem};
 use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
-use crate::engine::cluster::{check_shard_request, shard_id, ClusterNode, LayoutRow, ShardLayout};
+use crate::engine::cluster::{shard_id, shards_for, ClusterNode, LayoutRow, ShardLayout};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -52,7 +53,6 @@ async fn create_inner(
     )
     .await?;
     let body: CreateDataset = raw.json()?;
-    let k = body.shards.unwrap_or(1);
     if body.release_budget.is_some() || body.release_policy.is_some() {
         let field = if body.release_budget.is_some() {
             "release_budget"
@@ -72,7 +72,7 @@ async fn create_inner(
         .with_field("id"));
     }
     body.config.validate()?;
-    check_shard_request(&body.config, k)?;
+    let k = shards_for(&body.config, body.shards, state.limits.max_shard_examples)?;
     let n = body.config.examples;
     if body.labels.as_ref().is_some_and(|l| l.len() as u64 > n) {
         return Err(
@@ -173,6 +173,7 @@ async fn create_inner(
         node,
         layout,
         authorization,
+        idempotency_key: None,
     };
     Ok(match view(&shards).await {
         Ok(view) => json_response(StatusCode::CREATED, &view),

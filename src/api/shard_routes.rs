@@ -5,21 +5,21 @@
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
 //! dataset), and merges the answers. What cannot be answered exactly yet
-//! (releases, refreshes, labels, archiving) is refused with
+//! (releases, labels) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
 use super::auth::{Access, Claims};
-use super::dataset_routes::{DatasetView, ThresholdRange, Thresholds};
+use super::dataset_routes::{DatasetView, RefreshRequest, ThresholdRange, Thresholds};
 use super::extract::{ApiQuery, Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::{call, NodeAnswer};
+use super::node_client::{call_keyed, NodeAnswer};
 use super::problem::{OwnerRef, Problem};
 use super::shard_view::ShardView;
 use super::state::AppState;
 use crate::engine::cluster::{merge_status, split_range, split_step, ClusterNode, ShardLayout};
 use crate::engine::payload_from_report;
-use crate::ledger::{LedgerStatus, StepOutcome, WorstCaseBounds};
+use crate::ledger::{LedgerStatus, RefreshOutcome, StepOutcome, WorstCaseBounds};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -33,6 +33,8 @@ pub(super) struct Shards {
     pub(super) node: Arc<ClusterNode>,
     pub(super) layout: Arc<ShardLayout>,
     pub(super) authorization: Option<HeaderValue>,
+    /// The caller's `Idempotency-Key`, passed on to the shards (refreshes only).
+    pub(super) idempotency_key: Option<HeaderValue>,
 }
 
 /// One request to one shard: which, method, path after the shard's
@@ -68,12 +70,13 @@ impl Shards {
             .into_response());
         };
         let path = format!("/v1/datasets/{shard}{suffix}");
-        call(
+        call_keyed(
             &owner.advertise,
             &me.node_id,
             method,
             &path,
             self.authorization.as_ref(),
+            self.idempotency_key.as_ref(),
             body,
         )
         .await
@@ -252,6 +255,7 @@ async fn serve_inner(
         .to_string();
     let shards = Shards {
         authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
+        idempotency_key: None,
         state: state.clone(),
         node,
         layout: layout.clone(),
@@ -296,6 +300,74 @@ async fn serve_inner(
                 .map_err(|e| *e)?;
             let merged = split
                 .merge(&layout, &outcomes)
+                .map_err(|e| problem(e.into()))?;
+            Ok(json_response(StatusCode::OK, &merged))
+        }
+        (Method::POST, ["archive"]) => {
+            claims.authorize(Access::Curate(&d)).map_err(problem)?;
+            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
+                .await
+                .map_err(problem)?;
+            idempotency.key(b"").map_err(problem)?;
+            // Every shard, each by its owner; a shard's archive is idempotent
+            // (an archived shard answers as archived), so a fan-out that
+            // failed part-way is completed by the same request again. The
+            // dataset reads as archived (read-only) once any shard is: that
+            // shard refuses its part of every step.
+            let requests = (0..layout.ranges.len())
+                .map(|s| (s, Method::POST, "/archive".to_string(), None))
+                .collect();
+            shards.send_all(requests).await?;
+            Ok(json_response(StatusCode::OK, &view(&shards).await?))
+        }
+        (Method::POST, ["refresh"]) => {
+            claims.authorize(Access::Train(&d)).map_err(problem)?;
+            let key = parts.headers.get(super::idempotency::HEADER).cloned();
+            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
+                .await
+                .map_err(problem)?;
+            idempotency.key(b"").map_err(problem)?;
+            let raw = RawBody::from_request(Request::from_parts(parts, body), &state)
+                .await
+                .map_err(problem)?;
+            let request: RefreshRequest = raw.json().map_err(problem)?;
+            // Split like a step (the same checks before any shard sees it);
+            // every shard refreshes its own ids (none, for some: the
+            // checkpoint is then in every shard's log, as in one ledger's),
+            // with the caller's key, so that a retry is recognised shard by
+            // shard.
+            let split = split_step(
+                &layout,
+                &crate::ledger::StepReport::new(0, request.ids, request.norms),
+            )
+            .map_err(|e| problem(e.into()))?;
+            let targets: Vec<usize> = (0..layout.ranges.len()).collect();
+            let requests = targets
+                .iter()
+                .map(|&s| {
+                    let part = &split.parts[s];
+                    let body = json!({"ids": part.ids, "norms": part.norms}).to_string();
+                    (
+                        s,
+                        Method::POST,
+                        "/refresh".to_string(),
+                        Some(("application/json", body.into_bytes())),
+                    )
+                })
+                .collect();
+            let keyed = Shards {
+                idempotency_key: key,
+                ..shards.clone()
+            };
+            let answers = keyed.send_all(requests).await?;
+            let outcomes = targets
+                .iter()
+                .zip(&answers)
+                .map(|(&s, a)| parse::<RefreshOutcome>(a).map(|o| (s, o)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| *e)?;
+            let merged = split
+                .merge_refresh(&layout, &outcomes)
                 .map_err(|e| problem(e.into()))?;
             Ok(json_response(StatusCode::OK, &merged))
         }
@@ -396,15 +468,20 @@ async fn serve_inner(
 }
 
 /// A change sent straight to one shard `{d}~{start}` that its dataset refuses
-/// (`409 sharded-unsupported`): releases, refreshes, labels, budgets or archiving
-/// on one shard would charge or change it alone. Reads and step parts (what a
-/// node sends its shards) pass; a step part sent to one shard by hand is a
-/// part of that shard's step, accounted as such.
+/// (`409 sharded-unsupported`): releases, labels or budgets on one shard would
+/// charge or change it alone. Reads, step parts, refreshes and archiving (what
+/// a node sends its shards) pass; a step part or refresh sent to one shard by
+/// hand is accounted for that shard's examples as such; a shard archived by
+/// hand makes the dataset read-only (its view says archived), which archiving
+/// the dataset completes.
 pub(super) fn refuse_shard_change(id: &str, request: &Request) -> Option<Response> {
     let (dataset, _) = crate::engine::cluster::parse_shard_id(id)?;
     let path = request.uri().path();
-    let is_step = path.ends_with("/steps") && *request.method() == Method::POST;
-    if *request.method() == Method::GET || is_step {
+    let post = *request.method() == Method::POST;
+    let is_step = path.ends_with("/steps") && post;
+    let is_archive = path.ends_with("/archive") && post;
+    let is_refresh = path.ends_with("/refresh") && post;
+    if *request.method() == Method::GET || is_step || is_archive || is_refresh {
         return None;
     }
     Some(
@@ -424,8 +501,8 @@ fn sharded_unsupported(what: String) -> Problem {
         StatusCode::CONFLICT,
         "sharded-unsupported",
         format!(
-            "{what} (releases, refreshes, labels, budgets and archiving are not yet merged \
-             across shards; see docs/cluster.md)"
+            "{what} (releases, labels and budgets are not yet merged across shards; see \
+             docs/cluster.md)"
         ),
     )
 }

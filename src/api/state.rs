@@ -13,6 +13,9 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Largest range of thresholds returned by one request.
     pub max_threshold_range: u64,
+    /// Most examples of one ledger: a cluster shards a larger creation
+    /// automatically, a single server refuses it (`--max-shard-examples`).
+    pub max_shard_examples: u64,
 }
 
 impl Default for Limits {
@@ -20,6 +23,7 @@ impl Default for Limits {
         Self {
             max_body_bytes: 64 << 20,
             max_threshold_range: 1 << 20,
+            max_shard_examples: crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES,
         }
     }
 }

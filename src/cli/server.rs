@@ -99,6 +99,14 @@ pub struct ServeCmd {
     /// Largest accepted request body in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
+    /// Most examples of one ledger. In cluster mode a creation of more (without
+    /// "shards") is split into ceil(examples / bound) shards; a single server
+    /// refuses it. The default, 2*10^7, needs about 15.6 GB at peak (about 780
+    /// bytes per example, docs/ledger-memory.md): it fits a 24 GB node.
+    #[arg(long, env = "DPLEDGER_MAX_SHARD_EXAMPLES",
+          default_value_t = crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_shard_examples: u64,
     /// Verify tokens with this PEM public key of an external identity provider
     /// instead of the local HS256 secret.
     #[arg(long)]
@@ -402,6 +410,7 @@ impl ServeCmd {
         let store = self.data.open_store(store_url.as_deref())?;
         let limits = Limits {
             max_body_bytes: self.max_body_bytes,
+            max_shard_examples: self.max_shard_examples,
             ..Limits::default()
         };
         crate::ledger::table_cache().set_bound(self.table_cache_bytes);

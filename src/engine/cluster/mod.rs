@@ -23,8 +23,8 @@ mod shards;
 pub use placement::{choose_node, Share};
 pub use shard_split::{merge_status, split_range, split_step, SplitStep};
 pub use shards::{
-    check_shard_request, owning_dataset, parse_shard_id, shard_id, shard_ranges, ShardLayout,
-    MAX_SHARDS, SHARD_SEPARATOR,
+    check_shard_request, check_single_ledger, owning_dataset, parse_shard_id, shard_id,
+    shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS, SHARD_SEPARATOR,
 };
 
 use super::error::{EngineError, EngineResult};

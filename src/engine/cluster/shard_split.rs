@@ -11,7 +11,7 @@
 
 use super::shards::ShardLayout;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::ledger::{check_norms, LedgerStatus, StepOutcome, StepReport};
+use crate::ledger::{check_norms, LedgerStatus, RefreshOutcome, StepOutcome, StepReport};
 use std::ops::Range;
 
 // The split rule itself, shared with the Rust client (which splits before
@@ -110,6 +110,48 @@ impl SplitStep {
             duplicate: answers.iter().all(|a| a.duplicate),
             part: self.part,
             complete: answers.iter().all(|a| a.complete),
+            thresholds,
+            retired,
+        })
+    }
+}
+
+impl SplitStep {
+    /// The dataset's answer to a refresh split like a step (every shard gets
+    /// its part, an empty one included, so that every shard's log has the
+    /// same checkpoints, as it has the same steps) from its shards' answers
+    /// (`(shard, answer)`): each id's new threshold from its shard, in the
+    /// request's order; every retirement as the dataset's id; the step it
+    /// takes effect at, the latest any shard said (equal between steps).
+    pub fn merge_refresh(
+        &self,
+        layout: &ShardLayout,
+        answers: &[(usize, RefreshOutcome)],
+    ) -> EngineResult<RefreshOutcome> {
+        let mut thresholds = vec![0.0; self.batch];
+        let mut retired = Vec::new();
+        let mut effective_step = 0;
+        for (s, answer) in answers {
+            let positions = self.positions.get(*s).ok_or_else(|| {
+                EngineError::Internal(format!("a refresh answer from unknown shard {s}"))
+            })?;
+            if answer.thresholds.len() != positions.len() {
+                return Err(EngineError::Internal(format!(
+                    "shard {s} answered a refresh with {} thresholds for {} ids",
+                    answer.thresholds.len(),
+                    positions.len()
+                )));
+            }
+            for (&j, &t) in positions.iter().zip(&answer.thresholds) {
+                thresholds[j] = t;
+            }
+            let start = layout.ranges[*s].start;
+            retired.extend(answer.retired.iter().map(|&r| r + start));
+            effective_step = effective_step.max(answer.effective_step);
+        }
+        retired.sort_unstable();
+        Ok(RefreshOutcome {
+            effective_step,
             thresholds,
             retired,
         })

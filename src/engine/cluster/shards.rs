@@ -82,6 +82,79 @@ pub fn check_shard_request(config: &DatasetConfig, shards: u32) -> EngineResult<
     Ok(())
 }
 
+/// Default bound on the examples of one ledger (`serve --max-shard-examples`):
+/// 2·10⁷. At peak an example costs about 780 bytes (docs/ledger-memory.md: the
+/// compact ledger's 139 bytes, a snapshot image's 115 held while it is
+/// written, a release view's evaluated row of 64 orders × 8 bytes, and a
+/// pass's 16 bytes of answers), so a shard of 2·10⁷ needs about 15.6 GB and a
+/// 24 GB node keeps room for its process and a second, smaller ledger.
+pub const DEFAULT_MAX_SHARD_EXAMPLES: u64 = 20_000_000;
+
+/// How many shards a cluster creation gets: `requested` when given (each
+/// shard then at most `bound` examples), else one per `bound` examples
+/// (`⌈examples / bound⌉`, automatic sharding). Refused with the field to
+/// change when no layout within the bound is possible.
+pub fn shards_for(config: &DatasetConfig, requested: Option<u32>, bound: u64) -> EngineResult<u32> {
+    let n = config.examples;
+    let bound = bound.max(1);
+    let needed = n.div_ceil(bound);
+    match requested {
+        Some(k) => {
+            check_shard_request(config, k)?;
+            if n.div_ceil(u64::from(k)) > bound {
+                return Err(EngineError::BadRequest {
+                    detail: format!(
+                        "{k} shards of {n} examples hold up to {} each, more than this                          cluster's bound of {bound} examples per shard (--max-shard-examples):                          ask for at least {needed} shards, or leave shards out to get them",
+                        n.div_ceil(u64::from(k))
+                    ),
+                    field: Some("shards"),
+                });
+            }
+            Ok(k)
+        }
+        None => {
+            let too_large = |why: String| {
+                EngineError::BadRequest {
+                detail: format!(
+                    "{n} examples are more than one ledger's bound of {bound}                      (--max-shard-examples) and {why}"
+                ),
+                field: Some("examples"),
+            }
+            };
+            if needed > u64::from(MAX_SHARDS) {
+                return Err(too_large(format!(
+                    "would need {needed} shards, more than {MAX_SHARDS}: raise the bound on                      nodes that have the memory (about 780 bytes per example)"
+                )));
+            }
+            if matches!(config.sampling, crate::ledger::Sampling::Shuffle { .. }) {
+                return Err(too_large(
+                    "shuffled sampling cannot be sharded yet: use Poisson sampling, or raise                      the bound on nodes that have the memory (about 780 bytes per example)"
+                        .into(),
+                ));
+            }
+            let k = needed as u32;
+            check_shard_request(config, k)?;
+            Ok(k)
+        }
+    }
+}
+
+/// A single server's creation (no cluster to shard over): refused with what
+/// to do when `config.examples` is above the bound.
+pub fn check_single_ledger(config: &DatasetConfig, bound: u64) -> EngineResult<()> {
+    let n = config.examples;
+    if n <= bound {
+        return Ok(());
+    }
+    Err(EngineError::BadRequest {
+        detail: format!(
+            "{n} examples are more than one ledger's bound of {bound} on this server              (--max-shard-examples, DPLEDGER_MAX_SHARD_EXAMPLES; about 780 bytes per example              at peak): serve it from a cluster (dpledger serve --cluster), which splits it into              {} shards automatically, or raise the bound where this machine has the memory",
+            n.div_ceil(bound.max(1))
+        ),
+        field: Some("examples"),
+    })
+}
+
 /// A sharded dataset's layout: see the module documentation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardLayout {
@@ -250,6 +323,29 @@ mod tests {
             }
             assert_eq!(layout.shard_of(n), None);
         }
+    }
+
+    #[test]
+    fn shards_follow_the_bound() {
+        let config = |n: u64| DatasetConfig::poisson(n, 1.0, 1.0, 0.1, 1e-5);
+        assert_eq!(shards_for(&config(60), None, 25).unwrap(), 3);
+        assert_eq!(shards_for(&config(75), None, 25).unwrap(), 3);
+        assert_eq!(shards_for(&config(76), None, 25).unwrap(), 4);
+        assert_eq!(shards_for(&config(60), Some(4), 25).unwrap(), 4);
+        let field = |r: EngineResult<u32>| match r {
+            Err(EngineError::BadRequest { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(shards_for(&config(60), Some(2), 25)), Some("shards"));
+        assert_eq!(
+            field(shards_for(&config(25 * 256 + 1), None, 25)),
+            Some("examples")
+        );
+        assert!(shards_for(&config(25 * 256), None, 25).is_ok());
+        assert!(check_single_ledger(&config(25), 25).is_ok());
+        assert!(check_single_ledger(&config(26), 25).is_err());
+        // The default fits a 24 GB node at about 780 bytes per example.
+        const { assert!(DEFAULT_MAX_SHARD_EXAMPLES * 780 < 16_000_000_000) };
     }
 
     #[test]

@@ -1,0 +1,377 @@
+//! Chaos over a sharded dataset (issue 26 item 5): a 4-shard dataset on three
+//! nodes, one trainer posting a seeded trace (some steps in two data-parallel
+//! parts, full-batch refreshes with an `Idempotency-Key` between some steps)
+//! through the nodes in turn, every report retried until it is
+//! acknowledged (as the clients do), while the test injects faults one after
+//! another: SIGKILL then restart, SIGSTOP past the lease then SIGCONT, and a
+//! rolling restart (every node in turn gets SIGTERM, drains, and is started
+//! again). At the end nothing is lost, doubled, or applied to only part of the
+//! shards: every shard logged every part of every acknowledged step and every
+//! acknowledged refresh exactly once (epochs never going back), the shards'
+//! step counters are equal, and
+//! every per-example answer, the thresholds and the worst case are
+//! byte-identical to those of an unsharded dataset fed the same acknowledged
+//! reports.
+//!
+//! Sized for CI (4 faults, 1 s leases); `DPLEDGER_CHAOS_FAULTS=30` runs a long
+//! version (faults after the first three are drawn at random).
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use cluster::*;
+use common::*;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The dataset's configuration: Poisson, with an individual budget so that
+/// the filter retires examples during a long trace.
+fn config(n: u64, q: f64) -> Value {
+    let mut c = poisson_config(n, q, 1.0);
+    c["individual_budget"] = json!({"epsilon": 19.0, "delta": 1e-5});
+    c
+}
+
+/// The reports of a seeded trace: step `t` whole, except every fifth step,
+/// sent in two data-parallel parts (the first half of its ids, then the rest),
+/// and before every seventh step a full-batch refresh (`{"refresh": body,
+/// "key": its Idempotency-Key}`).
+fn reports(seed: u64, n: u64, q: f64, steps: u64) -> Vec<Value> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed + 1);
+    let mut out = Vec::new();
+    for (t, step) in poisson_trace(seed, n, q, steps).into_iter().enumerate() {
+        if t % 7 == 6 {
+            let norms: Vec<f64> = (0..n).map(|_| rng.random::<f64>() * 1.3).collect();
+            out.push(
+                json!({"refresh": {"ids": (0..n).collect::<Vec<u64>>(), "norms": norms},
+                            "key": format!("refresh-before-{t}"), "step": t}),
+            );
+        }
+        if t % 5 != 4 {
+            out.push(step);
+            continue;
+        }
+        let (ids, norms) = (
+            step["ids"].as_array().unwrap(),
+            step["norms"].as_array().unwrap(),
+        );
+        let half = ids.len() / 2;
+        for (index, range) in [(0, 0..half), (1, half..ids.len())] {
+            out.push(
+                json!({"step": t, "ids": ids[range.clone()], "norms": norms[range],
+                            "part": {"index": index, "count": 2}}),
+            );
+        }
+    }
+    out
+}
+
+/// What the trainer saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Reports acknowledged: `reports[..acked]`.
+    acked: usize,
+    /// Acknowledgements that said duplicate (a retry of an applied report).
+    duplicates: u64,
+    /// Retryable answers and transport failures, retried.
+    retried: u64,
+    /// Answers no client would retry, or that contradict the report.
+    failures: Vec<String>,
+}
+
+/// Posts `reports` in order, each through the next node (rotating further on
+/// each failure), retrying the same report until it is acknowledged: what the
+/// clients retry (429, 502, 503, 504, transport failures, a timeout of 2 s);
+/// a 500 is recorded as a failure and retried. `stop` is read only between
+/// steps, so a step begun is always finished: none is left applied by some
+/// shards only.
+fn train(
+    urls: Vec<String>,
+    dataset: &str,
+    token: &str,
+    reports: &[Value],
+    stop: &AtomicBool,
+) -> Seen {
+    let mut seen = Seen::default();
+    // A short timeout: a report sent to a paused node is given up on and sent
+    // again elsewhere while the first may still be forwarded when the node
+    // resumes, so the shards also see stale copies of parts.
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build();
+    let mut which = 0usize;
+    while seen.acked < reports.len() {
+        let report = &reports[seen.acked];
+        // A step's second part always follows its first.
+        if report["part"]["index"] != 1 && stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let started = Instant::now();
+        loop {
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "report {} never acknowledged: {seen:?}",
+                seen.acked
+            );
+            which += 1;
+            let base = &urls[which % urls.len()];
+            let answer = match report.get("refresh") {
+                Some(refresh) => agent
+                    .post(&format!("{base}/v1/datasets/{dataset}/refresh"))
+                    .set("Authorization", &format!("Bearer {token}"))
+                    .set("Idempotency-Key", report["key"].as_str().unwrap())
+                    .send_json(refresh.clone()),
+                None => agent
+                    .post(&format!("{base}/v1/datasets/{dataset}/steps"))
+                    .set("Authorization", &format!("Bearer {token}"))
+                    .send_json(report.clone()),
+            };
+            match answer {
+                Ok(r) => {
+                    let body: Value = r.into_json().unwrap_or(Value::Null);
+                    // A refresh takes effect at the step that follows it.
+                    let step = body.get("effective_step").unwrap_or(&body["step"]);
+                    if *step != report["step"] {
+                        seen.failures
+                            .push(format!("report {}: answered {body}", seen.acked));
+                    }
+                    if body["duplicate"] == true {
+                        seen.duplicates += 1;
+                    }
+                    seen.acked += 1;
+                    break;
+                }
+                Err(ureq::Error::Status(code @ (429 | 500 | 502 | 503 | 504), r)) => {
+                    if code == 500 {
+                        let body = r.into_string().unwrap_or_default();
+                        seen.failures
+                            .push(format!("report {}: 500 {body}", seen.acked));
+                    }
+                    seen.retried += 1;
+                }
+                Err(ureq::Error::Transport(_)) => seen.retried += 1,
+                Err(ureq::Error::Status(code, r)) => {
+                    let body = r.into_string().unwrap_or_default();
+                    seen.failures
+                        .push(format!("report {}: {code} {body}", seen.acked));
+                    if seen.failures.len() > 10 {
+                        return seen;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    seen
+}
+
+/// Restarts every node in turn: SIGTERM (it drains, handing its shards
+/// over), start it again, and wait until all three are active before the next.
+fn rolling_restart(cluster: &mut Cluster) {
+    for i in 0..cluster.nodes.len() {
+        let drained = cluster.nodes[i].terminate(Duration::from_secs(30));
+        assert!(drained, "node {i} did not drain on SIGTERM");
+        cluster.restart(i);
+        cluster.wait_active(cluster.nodes.len());
+    }
+}
+
+#[test]
+fn faults_under_a_sharded_dataset_lose_double_and_split_nothing() {
+    let faults: usize = std::env::var("DPLEDGER_CHAOS_FAULTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let ttl_ms = 1000;
+    let Some(mut cluster) = Cluster::start(3, ttl_ms) else {
+        return;
+    };
+    cluster.wait_active(3);
+    let (n, q) = (80u64, 0.2);
+    let admin = cluster.admin_token();
+    let created = post_retrying(
+        &format!("{}/v1/datasets", cluster.nodes[0].url),
+        &admin,
+        &json!({"id": "big", "config": config(n, q), "shards": 4}),
+        Duration::from_secs(30),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let shards: Vec<String> = created.body["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["dataset"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(shards.len(), 4);
+
+    let all = Arc::new(reports(2626, n, q, 20_000));
+    let stop = Arc::new(AtomicBool::new(false));
+    let trainer = {
+        let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url.clone()).collect();
+        let token = cluster.token("trainer", Some("big"), None);
+        let (all, stop) = (all.clone(), stop.clone());
+        std::thread::spawn(move || train(urls, "big", &token, &all, &stop))
+    };
+
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(2626);
+    let ttl = Duration::from_millis(ttl_ms);
+    let started = Instant::now();
+    let mut kinds = [0usize; 3];
+    for fault in 0..faults {
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
+        let i = rng.random_range(0..cluster.nodes.len());
+        // The first three faults are one of each kind; then at random.
+        let kind = if fault < 3 {
+            fault
+        } else {
+            rng.random_range(0..3)
+        };
+        kinds[kind] += 1;
+        match kind {
+            0 => {
+                cluster.nodes[i].kill();
+                std::thread::sleep(Duration::from_millis(rng.random_range(0..ttl_ms)));
+                cluster.restart(i);
+            }
+            1 => {
+                cluster.nodes[i].pause();
+                std::thread::sleep(
+                    ttl + ttl / 2 + Duration::from_millis(rng.random_range(0..ttl_ms)),
+                );
+                cluster.nodes[i].resume();
+            }
+            _ => rolling_restart(&mut cluster),
+        }
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let seen = trainer.join().unwrap();
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    let acked = &all[..seen.acked];
+    assert!(
+        seen.acked > 10,
+        "too few reports acknowledged to say anything: {seen:?}"
+    );
+
+    // Every shard: every acknowledged part exactly once, in order, epochs
+    // never going back, and the same step counter.
+    let expected: Vec<i64> = acked
+        .iter()
+        .filter(|r| r.get("refresh").is_none())
+        .map(|r| r["step"].as_i64().unwrap())
+        .collect();
+    let refreshes = acked.iter().filter(|r| r.get("refresh").is_some()).count() as i64;
+    // The trainer stops between steps.
+    let steps = expected.last().map_or(0, |t| *t as u64 + 1);
+    for shard in &shards {
+        let logged: Vec<i64> = cluster
+            .logged_steps(shard)
+            .iter()
+            .map(|(_, step, _)| *step)
+            .collect();
+        assert_eq!(logged, expected, "{shard}: a part lost or doubled");
+        assert_eq!(
+            refresh_records(&cluster, shard),
+            refreshes,
+            "{shard}: a refresh lost or doubled"
+        );
+        assert_epochs_monotone(&cluster, shard);
+    }
+    let view = get_retrying(
+        &cluster,
+        "/v1/datasets/big",
+        &admin,
+        Duration::from_secs(30),
+    );
+    let counters: Vec<&Value> = view["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["steps"])
+        .collect();
+    assert!(
+        counters.iter().all(|c| **c == steps),
+        "shards' step counters apart: {counters:?}, {steps} steps acknowledged"
+    );
+    assert_eq!(view["status"]["pending"], Value::Null, "{view}");
+
+    // The reference: an unsharded dataset fed the same acknowledged reports
+    // (the faults are over).
+    let plain = post_retrying(
+        &format!("{}/v1/datasets", cluster.nodes[1].url),
+        &admin,
+        &json!({"id": "plain", "config": config(n, q)}),
+        Duration::from_secs(30),
+    );
+    assert_eq!(plain.status, 201, "{:?}", plain.body);
+    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url.clone()).collect();
+    let reference = train(urls, "plain", &admin, acked, &AtomicBool::new(false));
+    assert!(reference.failures.is_empty(), "{:?}", reference.failures);
+    assert_eq!(reference.acked, acked.len());
+
+    let read = |d: &str, path: &str| {
+        get_retrying(
+            &cluster,
+            &format!("/v1/datasets/{d}{path}"),
+            &admin,
+            Duration::from_secs(30),
+        )
+    };
+    let plain_view = read("plain", "");
+    let view = read("big", "");
+    for field in [
+        "steps",
+        "examples",
+        "retired",
+        "over_budget",
+        "guarantee",
+        "pending",
+    ] {
+        assert_eq!(
+            view["status"][field], plain_view["status"][field],
+            "{field}"
+        );
+    }
+    assert_eq!(view["worst_case"], plain_view["worst_case"]);
+    for id in 0..n {
+        let path = format!("/examples/{id}/privacy");
+        assert_eq!(read("big", &path), read("plain", &path), "example {id}");
+    }
+    for path in ["/thresholds", "/worst-case", "/worst-case?delta=0.001"] {
+        assert_eq!(read("big", path), read("plain", path), "{path}");
+    }
+    eprintln!(
+        "{faults} faults (kill {}, pause {}, rolling restart {}) in {:.0?}: {} reports \
+         ({steps} steps) acknowledged, {} retried, {} duplicates, {} retired",
+        kinds[0],
+        kinds[1],
+        kinds[2],
+        started.elapsed(),
+        seen.acked,
+        seen.retried,
+        seen.duplicates,
+        view["status"]["retired"]
+    );
+}
+
+/// How many refresh records `dataset`'s log holds.
+fn refresh_records(cluster: &Cluster, dataset: &str) -> i64 {
+    let (url, dataset) = (cluster.schema.url.clone(), dataset.to_string());
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        // Kind 3: RecordKind::Refresh.
+        c.query_one(
+            "SELECT count(*) FROM dpledger_events WHERE dataset = $1 AND kind = 3",
+            &[&dataset],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .join()
+    .unwrap()
+}
