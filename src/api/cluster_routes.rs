@@ -234,6 +234,9 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     if let Some(layout) = node.known_layout(&id) {
         return super::shard_routes::serve(state.clone(), node, layout, request).await;
     }
+    if super::shard_release::is_owner_call(&request) {
+        return super::shard_release::owner_call(state.clone(), id, request).await;
+    }
     if let Some(refusal) = super::shard_routes::refuse_shard_change(&id, &request) {
         return refusal;
     }

@@ -4,8 +4,9 @@
 //! shards' requests (`engine::cluster::shard_split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
-//! dataset), and merges the answers. What cannot be answered exactly yet
-//! (releases, refreshes, labels, archiving) is refused with
+//! dataset), and merges the answers. Releases and release budgets are
+//! coordinated by `shard_release.rs`. What cannot be answered exactly yet
+//! (refreshes, labels, release policies, archiving) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
@@ -37,7 +38,7 @@ pub(super) struct Shards {
 
 /// One request to one shard: which, method, path after the shard's
 /// `/v1/datasets/{shard}`, body.
-type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
+pub(super) type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
 
 impl Shards {
     /// Sends `request` to its shard's owner; a refusal to send (no live owner,
@@ -157,7 +158,7 @@ impl Shards {
     }
 
     /// Sends every request in parallel; one answer (or refusal to send) each.
-    async fn gather(&self, requests: Vec<ShardRequest>) -> Vec<Result<NodeAnswer, Response>> {
+    pub(super) async fn gather(&self, requests: Vec<ShardRequest>) -> Vec<Result<NodeAnswer, Response>> {
         let tasks: Vec<_> = requests
             .into_iter()
             .map(|r| {
@@ -386,6 +387,47 @@ async fn serve_inner(
             })?;
             Ok(json_response(StatusCode::OK, &worst))
         }
+        (Method::POST, ["releases"]) | (Method::PUT, ["release-budget"]) => {
+            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
+                .await
+                .map_err(problem)?;
+            let raw = RawBody::from_request(Request::from_parts(parts, body), &state)
+                .await
+                .map_err(problem)?;
+            let budget = segments == ["release-budget"];
+            // Run to its end even if the caller goes (its owners hold writes).
+            tokio::spawn(async move {
+                if budget {
+                    super::shard_release::set_budget(shards, claims, idempotency, raw).await
+                } else {
+                    super::shard_release::release(shards, claims, idempotency, raw).await
+                }
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(problem(Problem::internal(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the change's task failed",
+                )))
+            })
+        }
+        // The release book is the same on every shard (every change is in
+        // every shard's log): the first shard's answers.
+        (Method::GET, ["releases", ..] | ["release-budget"]) => {
+            claims.authorize(Access::View(&d)).map_err(problem)?;
+            let query = parts
+                .uri
+                .query()
+                .map(|q| format!("?{q}"))
+                .unwrap_or_default();
+            let answer = shards
+                .send_all(vec![(0, Method::GET, format!("{rest}{query}"), None)])
+                .await?;
+            Ok(answer.into_iter().next().map_or_else(
+                || StatusCode::BAD_GATEWAY.into_response(),
+                NodeAnswer::into_response,
+            ))
+        }
         (method, _) => Err(problem(unsupported(
             &claims,
             &d,
@@ -424,7 +466,7 @@ fn sharded_unsupported(what: String) -> Problem {
         StatusCode::CONFLICT,
         "sharded-unsupported",
         format!(
-            "{what} (releases, refreshes, labels, budgets and archiving are not yet merged \
+            "{what} (refreshes, labels, release policies and archiving are not yet merged \
              across shards; see docs/cluster.md)"
         ),
     )

@@ -13,10 +13,12 @@
 //! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
 //! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
 //! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
+//! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 
 mod leases;
 mod placement;
+pub mod shard_release;
 mod shard_split;
 mod shards;
 
@@ -78,6 +80,8 @@ pub struct ClusterNode {
     drained: tokio::sync::Notify,
     /// Sharded datasets' layouts as read (they never change).
     layouts: DashMap<String, Arc<ShardLayout>>,
+    /// Changes across shards prepared on this node's shards (`shard_release.rs`).
+    held: shard_release::Held,
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
@@ -138,6 +142,7 @@ impl ClusterNode {
             nodes: Mutex::new(nodes),
             drained: tokio::sync::Notify::new(),
             layouts: DashMap::new(),
+            held: DashMap::new(),
         })
     }
 

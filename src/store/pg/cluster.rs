@@ -205,6 +205,7 @@ impl ClusterDb {
                 )
                 .await?;
                 tx.batch_execute(CLUSTER_SCHEMA_SQL).await?;
+                tx.batch_execute(super::shard_commit::DECISIONS_SQL).await?;
                 tx.commit().await
             })
         })
