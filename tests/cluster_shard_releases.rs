@@ -138,7 +138,11 @@ fn releases_of_four_shards_on_three_nodes_equal_one_ledgers() {
     assert_eq!(a.status, 200, "{:?}", a.body);
     assert_eq!(a.body, b.body);
     let (a, b) = both(2, "/releases", &|u| post(u, Some(&curator), &request));
-    assert_eq!(a.status, 409, "nothing to release before a step: {:?}", a.body);
+    assert_eq!(
+        a.status, 409,
+        "nothing to release before a step: {:?}",
+        a.body
+    );
     assert_eq!(refusal(&a), refusal(&b));
 
     for (t, step) in poisson_trace(11, N, Q, 12).iter().enumerate() {
@@ -174,7 +178,10 @@ fn releases_of_four_shards_on_three_nodes_equal_one_ledgers() {
         &grouped,
     );
     assert_eq!(retry.status, 201, "{:?}", retry.body);
-    assert_eq!(retry.body, b.body, "a retry is answered with the release it made");
+    assert_eq!(
+        retry.body, b.body,
+        "a retry is answered with the release it made"
+    );
     let reused = send_keyed(
         "POST",
         &url(0, "/v1/datasets/big/releases"),
@@ -247,13 +254,23 @@ fn a_prepared_change_without_a_commit_is_aborted_and_releases_the_shard() {
     let trainer = cluster.token_for("trainer", &["held"], None);
     let (owner, _) = cluster.wait_owner("held~0", None, Duration::from_secs(20));
     let node = cluster.nodes.iter().find(|n| n.id == owner).unwrap();
-    let prepare = format!("{}/v1/datasets/held~0/shard-changes/abc123/prepare", node.url);
+    let prepare = format!(
+        "{}/v1/datasets/held~0/shard-changes/abc123/prepare",
+        node.url
+    );
     let r = post(&prepare, Some(&curator), &json!({"budget": 0.5}));
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["budget"]["releases"], 0);
     let again = post(&prepare, Some(&curator), &json!({"budget": 0.5}));
-    assert_eq!(again.status, 409, "one prepare per change id: {:?}", again.body);
-    let decide = format!("{}/v1/datasets/held~0/shard-changes/abc123/decide", node.url);
+    assert_eq!(
+        again.status, 409,
+        "one prepare per change id: {:?}",
+        again.body
+    );
+    let decide = format!(
+        "{}/v1/datasets/held~0/shard-changes/abc123/decide",
+        node.url
+    );
     let d = post(&decide, Some(&curator), &json!({}));
     assert_eq!(d.status, 200, "{:?}", d.body);
     assert_eq!(d.body["decision"], "aborted");
@@ -396,13 +413,17 @@ fn the_database_commits_a_change_to_every_shard_or_to_none() {
     };
     let both = |e0: u64, e1: u64| vec![(release_record("t~0"), e0), (release_record("t~5"), e1)];
     // One shard's epoch is stale: nothing is written, to any shard.
-    let fenced = rt.block_on(db.commit_across("c1", both(1, 7), None)).unwrap();
+    let fenced = rt
+        .block_on(db.commit_across("c1", both(1, 7), None))
+        .unwrap();
     assert!(matches!(fenced, CrossCommit::Fenced(_)), "{fenced:?}");
     assert_eq!((count("t~0"), count("t~5")), (0, 0));
     assert_eq!(rt.block_on(db.decide("c1")).unwrap(), Decision::Aborted);
     // An owner decided first (its wait ran out): the commit writes nothing.
     assert_eq!(rt.block_on(db.decide("c2")).unwrap(), Decision::Aborted);
-    let late = rt.block_on(db.commit_across("c2", both(1, 1), None)).unwrap();
+    let late = rt
+        .block_on(db.commit_across("c2", both(1, 1), None))
+        .unwrap();
     assert_eq!(late, CrossCommit::Decided);
     assert_eq!((count("t~0"), count("t~5")), (0, 0));
     // The commit first: every shard has its record, and owners read "commit".
@@ -420,7 +441,10 @@ fn the_database_commits_a_change_to_every_shard_or_to_none() {
     assert_eq!(seqs.len(), 2);
     assert_eq!((count("t~0"), count("t~5")), (1, 1));
     assert_eq!(rt.block_on(db.decide("c3")).unwrap(), Decision::Committed);
-    let stored = store.find_key("t", "k1").unwrap().expect("the key is stored");
+    let stored = store
+        .find_key("t", "k1")
+        .unwrap()
+        .expect("the key is stored");
     assert_eq!(stored.request, b"digest");
     // The same key again (a retry that raced): nothing more is written.
     let again = rt

@@ -188,7 +188,9 @@ async fn stored_answer(
         return Ok(None);
     };
     if done.request != k.request {
-        return Err(engine_problem(EngineError::KeyReused { key: k.key.clone() }));
+        return Err(engine_problem(EngineError::KeyReused {
+            key: k.key.clone(),
+        }));
     }
     let value: serde_json::Value = serde_json::from_slice(&done.answer).map_err(|e| {
         problem(Problem::internal(
@@ -264,7 +266,9 @@ async fn commit(
             Err(r) => r,
         },
         Ok(CrossCommit::Fenced(detail)) => problem(Problem::not_owner(
-            format!("a shard's owner changed during the change, nothing was charged: retry ({detail})"),
+            format!(
+                "a shard's owner changed during the change, nothing was charged: retry ({detail})"
+            ),
             None,
         )),
         Ok(CrossCommit::Decided) => apart(
@@ -308,7 +312,9 @@ pub(super) async fn release(
             }
             Err(Apart::Disagree(detail)) => {
                 decide_all(&shards, &id).await;
-                return Err(apart(format!("the shards cannot make one release: {detail}")));
+                return Err(apart(format!(
+                    "the shards cannot make one release: {detail}"
+                )));
             }
         };
         let before = prepared[0].budget;

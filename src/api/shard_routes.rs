@@ -158,7 +158,10 @@ impl Shards {
     }
 
     /// Sends every request in parallel; one answer (or refusal to send) each.
-    pub(super) async fn gather(&self, requests: Vec<ShardRequest>) -> Vec<Result<NodeAnswer, Response>> {
+    pub(super) async fn gather(
+        &self,
+        requests: Vec<ShardRequest>,
+    ) -> Vec<Result<NodeAnswer, Response>> {
         let tasks: Vec<_> = requests
             .into_iter()
             .map(|r| {

@@ -21,7 +21,6 @@ pub mod summary;
 
 pub use budget::{BudgetRequest, BudgetStatus};
 pub use exact_sum::ExactSum;
-pub use summary::{ReleaseSummary, Summary};
 pub use histogram::HistogramValue;
 pub use labels::{LabelAssignment, Labels};
 pub use mean::MeanValue;
@@ -29,6 +28,7 @@ pub use pld::release_pld_events;
 pub use request::{
     HistogramRequest, MeanRequest, QuantileMethod, QuantilesRequest, ReleaseRequest,
 };
+pub use summary::{ReleaseSummary, Summary};
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};

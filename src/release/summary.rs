@@ -20,7 +20,9 @@ use super::histogram::{bin_counts, release_histogram_of};
 use super::labels::Labels;
 use super::mean::{centred_sum, release_mean_of};
 use super::quantiles::{gradient_quantiles, kss_quantiles_of_cells, Grid, GRADIENT_STEPS};
-use super::{GroupStatistics, QuantileMethod, QuantileValue, ReleaseRequest, ReleaseValues, Statistics};
+use super::{
+    GroupStatistics, QuantileMethod, QuantileValue, ReleaseRequest, ReleaseValues, Statistics,
+};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 

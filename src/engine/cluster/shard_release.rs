@@ -36,8 +36,7 @@ use crate::engine::Engine;
 use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
 use crate::ledger::Ledger;
 use crate::release::{
-    BudgetStatus, QuantileMethod, Release, ReleaseRequest, ReleaseSummary,
-    ReleaseTrigger,
+    BudgetStatus, QuantileMethod, Release, ReleaseRequest, ReleaseSummary, ReleaseTrigger,
 };
 use crate::store::cluster::{CrossCommit, Decision};
 use crate::store::{IdempotencyKey, Record, RecordKind, StoredRecord};
@@ -117,7 +116,9 @@ fn test_seed() -> Option<u64> {
             .ok()
             .and_then(|s| s.parse().ok());
         if seed.is_some() {
-            tracing::warn!("DPLEDGER_TEST_RELEASE_SEED is set: releases are predictable (tests only)");
+            tracing::warn!(
+                "DPLEDGER_TEST_RELEASE_SEED is set: releases are predictable (tests only)"
+            );
         }
         seed
     })
@@ -322,7 +323,10 @@ impl Engine {
                 return;
             }
         }
-        let asker = tokio::time::timeout(wait, decide).await.ok().and_then(Result::ok);
+        let asker = tokio::time::timeout(wait, decide)
+            .await
+            .ok()
+            .and_then(Result::ok);
         node.held.remove(&key);
         let mut backoff = Duration::from_millis(50);
         let decision = loop {

@@ -156,7 +156,10 @@ impl ClusterDb {
                 )
                 .await?;
                 let outcome: String = c
-                    .query_one("SELECT outcome FROM dpledger_decisions WHERE id = $1", &[&id])
+                    .query_one(
+                        "SELECT outcome FROM dpledger_decisions WHERE id = $1",
+                        &[&id],
+                    )
                     .await?
                     .try_get(0)?;
                 Ok(if outcome == "commit" {
