@@ -22,14 +22,14 @@ use super::problem::Problem;
 use super::shard_routes::{json_response, Shards};
 use super::state::AppState;
 use crate::engine::cluster::shard_release::{
-    check_sharded_request, label_names, release_of_shards, Apart, Prepared, ShardChange,
+    check_sharded_request, label_names, release_of_shards, Apart, CrossCommit, Decision, Prepared,
+    RecordKind, ShardChange,
 };
+use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
 use crate::release::{BudgetRequest, BudgetStatus, ReleaseRequest};
-use crate::store::cluster::{CrossCommit, Decision};
-use crate::store::{Record, RecordKind};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::sync::Arc;
@@ -104,6 +104,67 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
             Err(e) => engine_problem(e),
         },
         _ => problem(Problem::not_found("no such endpoint")),
+    }
+}
+
+/// Whether `request` (for sharded dataset `d`) is a release or a release
+/// budget change, which this module coordinates.
+pub(super) fn is_sharded_change(d: &str, request: &Request) -> bool {
+    let path = request.uri().path();
+    let Some(rest) = path
+        .strip_prefix("/v1/datasets/")
+        .and_then(|p| p.strip_prefix(d))
+    else {
+        return false;
+    };
+    matches!(
+        (request.method(), rest),
+        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget")
+    )
+}
+
+/// Answers a release or budget change of sharded dataset `layout.dataset`
+/// ([`is_sharded_change`]), run to its end even if the caller goes (owners
+/// hold their shards' writes until it is decided).
+pub(super) async fn serve(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    layout: Arc<ShardLayout>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let claims = match Auth::from_request_parts(&mut parts, &state).await {
+        Ok(Auth(c)) => c,
+        Err(p) => return problem(p),
+    };
+    let idempotency = match IdempotencyHeader::from_request_parts(&mut parts, &state).await {
+        Ok(i) => i,
+        Err(p) => return problem(p),
+    };
+    let shards = Shards {
+        authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
+        state: state.clone(),
+        node,
+        layout,
+    };
+    let budget = parts.method == Method::PUT;
+    let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
+        Ok(r) => r,
+        Err(p) => return problem(p),
+    };
+    let task = tokio::spawn(async move {
+        if budget {
+            set_budget(shards, claims, idempotency, raw).await
+        } else {
+            release(shards, claims, idempotency, raw).await
+        }
+    });
+    match task.await {
+        Ok(Ok(r) | Err(r)) => r,
+        Err(_) => problem(Problem::internal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the change's task failed",
+        )),
     }
 }
 
@@ -227,19 +288,10 @@ async fn commit(
     status: StatusCode,
     answer: serde_json::Value,
 ) -> Response {
-    let records = prepared
+    let targets = prepared
         .iter()
         .enumerate()
-        .map(|(s, p)| {
-            let record = Record {
-                dataset: shards.layout.shard_dataset(s),
-                kind,
-                step: None,
-                part: None,
-                payload: payload.clone(),
-            };
-            (record, p.epoch)
-        })
+        .map(|(s, p)| (shards.layout.shard_dataset(s), p.epoch))
         .collect();
     let d = shards.layout.dataset.clone();
     let answer_bytes = serde_json::to_vec(&answer).unwrap_or_default();
@@ -255,7 +307,7 @@ async fn commit(
     let committed = shards
         .state
         .engine
-        .commit_across(id, records, stored_key)
+        .commit_across(id, kind, payload, targets, stored_key)
         .await;
     decide_all(shards, id).await;
     match committed {
@@ -279,7 +331,7 @@ async fn commit(
 }
 
 /// `POST /v1/datasets/{d}/releases` of a sharded dataset.
-pub(super) async fn release(
+async fn release(
     shards: Shards,
     claims: Claims,
     idempotency: IdempotencyHeader,
@@ -345,7 +397,7 @@ pub(super) async fn release(
 
 /// `PUT /v1/datasets/{d}/release-budget` of a sharded dataset: the same
 /// budget on every shard, in one transaction.
-pub(super) async fn set_budget(
+async fn set_budget(
     shards: Shards,
     claims: Claims,
     idempotency: IdempotencyHeader,

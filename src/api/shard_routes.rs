@@ -5,7 +5,7 @@
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
 //! dataset), and merges the answers. Releases and release budgets are
-//! coordinated by `shard_release.rs`. What cannot be answered exactly yet
+//! coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them to). What cannot be answered exactly yet
 //! (refreshes, labels, release policies, archiving) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
@@ -389,30 +389,6 @@ async fn serve_inner(
                 ))
             })?;
             Ok(json_response(StatusCode::OK, &worst))
-        }
-        (Method::POST, ["releases"]) | (Method::PUT, ["release-budget"]) => {
-            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
-                .await
-                .map_err(problem)?;
-            let raw = RawBody::from_request(Request::from_parts(parts, body), &state)
-                .await
-                .map_err(problem)?;
-            let budget = segments == ["release-budget"];
-            // Run to its end even if the caller goes (its owners hold writes).
-            tokio::spawn(async move {
-                if budget {
-                    super::shard_release::set_budget(shards, claims, idempotency, raw).await
-                } else {
-                    super::shard_release::release(shards, claims, idempotency, raw).await
-                }
-            })
-            .await
-            .unwrap_or_else(|_| {
-                Err(problem(Problem::internal(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the change's task failed",
-                )))
-            })
         }
         // The release book is the same on every shard (every change is in
         // every shard's log): the first shard's answers.

@@ -38,8 +38,11 @@ use crate::ledger::Ledger;
 use crate::release::{
     BudgetStatus, QuantileMethod, Release, ReleaseRequest, ReleaseSummary, ReleaseTrigger,
 };
-use crate::store::cluster::{CrossCommit, Decision};
-use crate::store::{IdempotencyKey, Record, RecordKind, StoredRecord};
+/// What a commit across shards did, and a change's decision.
+pub use crate::store::cluster::{CrossCommit, Decision};
+/// The kind of the records a change across shards writes.
+pub use crate::store::RecordKind;
+use crate::store::{IdempotencyKey, Record, StoredRecord};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -485,15 +488,31 @@ impl Engine {
     }
 
     /// The coordinator's commit of change `id` across shards (module note,
-    /// step 2): `records` with their shards' epochs, the key stored under
-    /// the sharded dataset's name.
+    /// step 2): one record of `kind` and `payload` for each of `shards`
+    /// (name, epoch its owner prepared under), the key stored under the
+    /// sharded dataset's name.
     pub async fn commit_across(
         &self,
         id: &str,
-        records: Vec<(Record, u64)>,
+        kind: RecordKind,
+        payload: Vec<u8>,
+        shards: Vec<(String, u64)>,
         key: Option<(String, IdempotencyKey)>,
     ) -> EngineResult<CrossCommit> {
         let node = self.node()?;
+        let records = shards
+            .into_iter()
+            .map(|(dataset, epoch)| {
+                let record = Record {
+                    dataset,
+                    kind,
+                    step: None,
+                    part: None,
+                    payload: payload.clone(),
+                };
+                (record, epoch)
+            })
+            .collect();
         match node.db.commit_across(id, records, key).await {
             Ok(c) => Ok(c),
             // Unknown: decide it (abort unless the commit landed).

@@ -44,6 +44,11 @@ const CLUSTER_SCHEMA_SQL: &str = "
         shards   INT NOT NULL,
         spec     TEXT NOT NULL
     );
+    CREATE TABLE IF NOT EXISTS dpledger_decisions (
+        id      TEXT PRIMARY KEY,
+        outcome TEXT NOT NULL,
+        created TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
     CREATE OR REPLACE FUNCTION dpledger_fence() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         current_epoch BIGINT;
@@ -205,7 +210,6 @@ impl ClusterDb {
                 )
                 .await?;
                 tx.batch_execute(CLUSTER_SCHEMA_SQL).await?;
-                tx.batch_execute(super::shard_commit::DECISIONS_SQL).await?;
                 tx.commit().await
             })
         })

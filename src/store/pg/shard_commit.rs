@@ -6,21 +6,14 @@
 //! know the outcome without the coordinator ([`ClusterDb::decide`]) inserts
 //! `(id, 'abort')` unless a row exists: the primary key makes the two inserts
 //! conflict, so PostgreSQL lets exactly one of them land (an insert meeting the
-//! other's uncommitted row waits for its transaction to end). See
+//! other's uncommitted row waits for its transaction to end). The table
+//! `dpledger_decisions(id, outcome, created)` is created with the cluster
+//! tables (`cluster.rs`). See
 //! `docs/cluster.md`, "Releases of a sharded dataset".
 
 use super::cluster::{ClusterDb, FENCED_SQLSTATE};
 use crate::store::{record_checksum, IdempotencyKey, Record, StoreError};
 use tokio_postgres::error::SqlState;
-
-/// The table of decisions (created with the cluster tables).
-pub(super) const DECISIONS_SQL: &str = "
-    CREATE TABLE IF NOT EXISTS dpledger_decisions (
-        id      TEXT PRIMARY KEY,
-        outcome TEXT NOT NULL,
-        created TIMESTAMPTZ NOT NULL DEFAULT now()
-    );
-";
 
 /// What [`ClusterDb::commit_across`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
