@@ -357,7 +357,8 @@ fn a_killed_owner_leaves_every_shard_charged_or_none() {
         .collect();
     assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
     let committed = statuses.iter().filter(|&&s| s == 201).count() as i64;
-    assert!(counts[0] >= committed + 1, "{counts:?} {statuses:?}");
+    // The committed ones and the one after the takeover, at least.
+    assert!(counts[0] > committed, "{counts:?} {statuses:?}");
     // Every shard's book in memory says the same as the logs.
     for s in [0, 15, 30, 45] {
         let budget = get_retrying(

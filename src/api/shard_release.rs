@@ -223,11 +223,9 @@ async fn decide_all(shards: &Shards, id: &str) {
     let requests = (0..shards.layout.ranges.len())
         .map(|s| (s, Method::POST, format!("/{SEGMENT}/{id}/decide"), None))
         .collect();
-    for answer in shards.gather(requests).await {
-        if let Ok(a) = answer {
-            if !a.ok() {
-                tracing::warn!(change = id, status = %a.status, "a shard did not decide a change at once");
-            }
+    for a in shards.gather(requests).await.into_iter().flatten() {
+        if !a.ok() {
+            tracing::warn!(change = id, status = %a.status, "a shard did not decide a change at once");
         }
     }
 }
