@@ -352,6 +352,22 @@ mod tests {
         }
     }
 
+    /// What a shard sends is bounded by the grid and the bins, not by its
+    /// number of examples (the figure in `docs/cluster.md`).
+    #[test]
+    fn a_summary_is_bounded_by_the_grid_not_by_the_examples() {
+        let r = request();
+        for n in [1_000usize, 1_000_000] {
+            let values: Vec<f64> = (0..n).map(|i| 7.0 * i as f64 / n as f64).collect();
+            let s = ReleaseSummary::of(&r, &values, 7.0, &Labels::default());
+            let bytes = serde_json::to_vec(&s).unwrap().len();
+            let cells = s.population.as_ref().unwrap().cells.as_ref().unwrap().len();
+            assert!(cells <= n.min(Grid::SERVED.top() as usize + 1), "{cells}");
+            assert!(bytes < 200_000, "{n} examples: {bytes} bytes");
+            eprintln!("{n} examples: {cells} cells, {bytes} bytes of JSON");
+        }
+    }
+
     #[test]
     fn summaries_of_other_requests_do_not_merge() {
         let r = request();
