@@ -82,6 +82,8 @@ pub struct ClusterNode {
     layouts: DashMap<String, Arc<ShardLayout>>,
     /// Changes across shards prepared on this node's shards (`shard_release.rs`).
     held: shard_release::Held,
+    /// The connection of changes across shards (not the lease loop's).
+    changes: ClusterDb,
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
@@ -115,6 +117,9 @@ impl ClusterNode {
             "--lease-ttl-ms must be at least 200"
         );
         let db = ClusterDb::connect(store_url, statement_timeout(config.lease_ttl)).await?;
+        // Its own connection: a commit across shards or a decision that waits
+        // for one must not hold up this node's lease renewals.
+        let changes = ClusterDb::connect(store_url, shard_release::STATEMENT_TIMEOUT).await?;
         let memory = NodeMemory {
             free: match (memory_free(), config.memory_bytes) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -143,6 +148,7 @@ impl ClusterNode {
             drained: tokio::sync::Notify::new(),
             layouts: DashMap::new(),
             held: DashMap::new(),
+            changes,
         })
     }
 

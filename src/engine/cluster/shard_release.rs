@@ -89,6 +89,10 @@ pub struct PreparedRelease {
 /// holder the coordinator's request for the decision.
 pub(crate) type Held = DashMap<String, oneshot::Sender<oneshot::Sender<Decision>>>;
 
+/// Bound of each statement of a commit across shards or of a decision (on
+/// their own connection, `ClusterNode::changes`).
+pub(super) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a prepare waits for a multi-part step in progress to complete.
 const PENDING_WAIT: Duration = Duration::from_secs(2);
 
@@ -333,7 +337,7 @@ impl Engine {
         node.held.remove(&key);
         let mut backoff = Duration::from_millis(50);
         let decision = loop {
-            match node.db.decide(&id).await {
+            match node.changes.decide(&id).await {
                 Ok(d) => break d,
                 Err(e) => {
                     // Undecided: the writes stay held (a commit may still land)
@@ -484,7 +488,7 @@ impl Engine {
                 }
             }
         }
-        node.db.decide(id).await.map_err(EngineError::store)
+        node.changes.decide(id).await.map_err(EngineError::store)
     }
 
     /// The coordinator's commit of change `id` across shards (module note,
@@ -513,10 +517,10 @@ impl Engine {
                 (record, epoch)
             })
             .collect();
-        match node.db.commit_across(id, records, key).await {
+        match node.changes.commit_across(id, records, key).await {
             Ok(c) => Ok(c),
             // Unknown: decide it (abort unless the commit landed).
-            Err(e) => match node.db.decide(id).await {
+            Err(e) => match node.changes.decide(id).await {
                 Ok(Decision::Committed) => Err(EngineError::Internal(format!(
                     "committed, but the sequence numbers were lost: {e}"
                 ))),
