@@ -338,6 +338,7 @@ fn a_killed_owner_leaves_every_shard_charged_or_none() {
     std::thread::sleep(Duration::from_millis(150));
     cluster.nodes[v].kill();
     let statuses = releases.join().unwrap();
+    eprintln!("releases around the kill: {statuses:?}");
     assert!(
         statuses.iter().all(|s| [201, 503].contains(s)),
         "{statuses:?}"

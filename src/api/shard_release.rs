@@ -352,7 +352,15 @@ async fn release(
     for round in 0..ROUNDS {
         let id = change_id();
         let prepared = prepare_all(&shards, &id, &change).await?;
-        let release = match release_of_shards(&request, &prepared, &names) {
+        // The mechanism off the async threads (the merged cells are one
+        // `u32` per example).
+        let computed = {
+            let (request, prepared, names) = (request.clone(), prepared.clone(), names.clone());
+            tokio::task::spawn_blocking(move || release_of_shards(&request, &prepared, &names))
+                .await
+                .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))
+        };
+        let release = match computed {
             Ok(r) => r,
             Err(Apart::Steps(steps)) => {
                 decide_all(&shards, &id).await;
