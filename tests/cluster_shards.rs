@@ -339,11 +339,10 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     assert_eq!(get(&format!("{shard}/0/privacy"), Some(&owner)).status, 403);
     // Not yet exact across shards: refused (after authorisation), never answered.
     let curator = cluster.token("curator", Some("s"), None);
+    // (Releases and budgets are: tests/cluster_shard_releases.rs.)
     for (method, path) in [
-        ("POST", "/releases"),
-        ("GET", "/releases/latest"),
+        ("PUT", "/release-policy"),
         ("PUT", "/labels"),
-        ("GET", "/release-budget"),
     ] {
         let url = format!("{}/v1/datasets/s{path}", via(1));
         let r = match method {

@@ -199,6 +199,20 @@ fn dataset_of(path: &str) -> Option<&str> {
     (!id.is_empty()).then_some(id)
 }
 
+/// A sharded dataset's request: releases and budgets to `shard_release.rs`,
+/// the rest to `shard_routes.rs`.
+async fn serve_sharded(
+    state: Arc<AppState>,
+    node: Arc<crate::engine::cluster::ClusterNode>,
+    layout: Arc<crate::engine::cluster::ShardLayout>,
+    request: Request,
+) -> Response {
+    if super::shard_release::is_sharded_change(&layout.dataset, &request) {
+        return super::shard_release::serve(state, node, layout, request).await;
+    }
+    super::shard_routes::serve(state, node, layout, request).await
+}
+
 /// Routing middleware (cluster mode only): a dataset's request goes to the
 /// handler when this node serves the dataset, else to its owner; see the
 /// module documentation.
@@ -232,7 +246,10 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         return next.run(request).await;
     };
     if let Some(layout) = node.known_layout(&id) {
-        return super::shard_routes::serve(state.clone(), node, layout, request).await;
+        return serve_sharded(state.clone(), node, layout, request).await;
+    }
+    if super::shard_release::is_owner_call(&request) {
+        return super::shard_release::owner_call(state.clone(), id, request).await;
     }
     if let Some(refusal) = super::shard_routes::refuse_shard_change(&id, &request) {
         return refusal;
@@ -245,7 +262,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         // No lease: a sharded dataset (its shards have the leases), or none.
         match node.layout_of(&id).await {
             Ok(Some(layout)) => {
-                return super::shard_routes::serve(state.clone(), node, layout, request).await;
+                return serve_sharded(state.clone(), node, layout, request).await;
             }
             Ok(None) => {}
             // Not knowing is not "no such dataset": retry once the store answers.

@@ -4,8 +4,10 @@
 //! shards' requests (`engine::cluster::shard_split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
-//! dataset), and merges the answers. What cannot be answered exactly yet
-//! (releases, labels) is refused with
+//! dataset), and merges the answers. Releases and release budgets are
+//! coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
+//! to). What cannot be answered exactly yet (labels after creation, release
+//! policies) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
@@ -39,7 +41,7 @@ pub(super) struct Shards {
 
 /// One request to one shard: which, method, path after the shard's
 /// `/v1/datasets/{shard}`, body.
-type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
+pub(super) type ShardRequest = (usize, Method, String, Option<(&'static str, Vec<u8>)>);
 
 impl Shards {
     /// Sends `request` to its shard's owner; a refusal to send (no live owner,
@@ -160,7 +162,10 @@ impl Shards {
     }
 
     /// Sends every request in parallel; one answer (or refusal to send) each.
-    async fn gather(&self, requests: Vec<ShardRequest>) -> Vec<Result<NodeAnswer, Response>> {
+    pub(super) async fn gather(
+        &self,
+        requests: Vec<ShardRequest>,
+    ) -> Vec<Result<NodeAnswer, Response>> {
         let tasks: Vec<_> = requests
             .into_iter()
             .map(|r| {
@@ -458,6 +463,23 @@ async fn serve_inner(
             })?;
             Ok(json_response(StatusCode::OK, &worst))
         }
+        // The release book is the same on every shard (every change is in
+        // every shard's log): the first shard's answers.
+        (Method::GET, ["releases", ..] | ["release-budget"]) => {
+            claims.authorize(Access::View(&d)).map_err(problem)?;
+            let query = parts
+                .uri
+                .query()
+                .map(|q| format!("?{q}"))
+                .unwrap_or_default();
+            let answer = shards
+                .send_all(vec![(0, Method::GET, format!("{rest}{query}"), None)])
+                .await?;
+            Ok(answer.into_iter().next().map_or_else(
+                || StatusCode::BAD_GATEWAY.into_response(),
+                NodeAnswer::into_response,
+            ))
+        }
         (method, _) => Err(problem(unsupported(
             &claims,
             &d,
@@ -501,8 +523,8 @@ fn sharded_unsupported(what: String) -> Problem {
         StatusCode::CONFLICT,
         "sharded-unsupported",
         format!(
-            "{what} (releases, labels and budgets are not yet merged across shards; see \
-             docs/cluster.md)"
+            "{what} (labels after creation and release policies are not yet merged across \
+             shards; see docs/cluster.md)"
         ),
     )
 }

@@ -42,7 +42,6 @@ use crate::ledger::bounds::{bounded_epsilon, combine_worst_case, PldWorstCase};
 use crate::ledger::{Ledger, ViewToken, WorstCase};
 use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
 use crate::store::IdempotencyKey;
-use rand::SeedableRng;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -177,9 +176,10 @@ impl Engine {
         };
         let values = {
             let request = request.clone();
+            let step = view.token.step();
             background(move || {
                 let epsilons = pass.run()?;
-                let mut rng = rand::rngs::StdRng::from_os_rng();
+                let mut rng = super::cluster::shard_release::release_rng(step);
                 Ok(compute(&mut rng, &request, &epsilons, bound, &labels))
             })
             .await?

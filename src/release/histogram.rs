@@ -29,10 +29,27 @@ pub fn release_histogram<R: Rng + ?Sized>(
     bins: usize,
     rho: f64,
 ) -> HistogramValue {
+    release_histogram_of(rng, &bin_counts(values, bound, bins), bound, rho)
+}
+
+/// The exact count of `values` in each of `bins` equal bins of `[0, bound]`:
+/// a histogram's sufficient statistic (shards' counts add up).
+pub fn bin_counts(values: &[f64], bound: f64, bins: usize) -> Vec<u64> {
     let mut exact = vec![0u64; bins];
     for &x in values {
         exact[bin_of(x.clamp(0.0, bound), bound, bins)] += 1;
     }
+    exact
+}
+
+/// [`release_histogram`] from the exact bin counts ([`bin_counts`]).
+pub fn release_histogram_of<R: Rng + ?Sized>(
+    rng: &mut R,
+    exact: &[u64],
+    bound: f64,
+    rho: f64,
+) -> HistogramValue {
+    let bins = exact.len();
     let sigma = gaussian_sigma(1.0, rho);
     HistogramValue {
         edges: (0..=bins).map(|j| bound * j as f64 / bins as f64).collect(),

@@ -2,6 +2,7 @@
 //! midpoint-centred sum (sensitivity `B/2` under add/remove) and on the count
 //! (sensitivity 1), the budget split evenly between the two.
 
+use super::exact_sum::ExactSum;
 use super::noise::{add_gaussian, gaussian_sigma};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -28,17 +29,39 @@ pub fn mean_sigmas(bound: f64, rho: f64) -> (f64, f64) {
 /// Centring at `B/2` halves the sum's sensitivity: adding or removing one value
 /// changes `Σ (x − B/2)` by at most `B/2`. The estimate is
 /// `B/2 + noisy_sum / max(noisy_count, 1)`, clamped to `[0, B]` (post-processing).
+/// The sum is exact (rounded once), so it does not depend on the order of the
+/// values nor on how they are split across shards.
 pub fn release_mean<R: Rng + ?Sized>(
     rng: &mut R,
     values: &[f64],
     bound: f64,
     rho: f64,
 ) -> MeanValue {
+    let centred = centred_sum(values, bound);
+    release_mean_of(rng, centred.value(), values.len() as u64, bound, rho)
+}
+
+/// The exact sum `Σ (clamp(x, 0, B) − B/2)` of `values`, which a shard computes
+/// over its own examples and a coordinator merges exactly
+/// ([`ExactSum::merge`]): one ledger and any sharding release the same mean.
+pub fn centred_sum(values: &[f64], bound: f64) -> ExactSum {
     let half = bound / 2.0;
-    let centred: f64 = values.iter().map(|&x| x.clamp(0.0, bound) - half).sum();
+    values.iter().map(|&x| x.clamp(0.0, bound) - half).collect()
+}
+
+/// [`release_mean`] from its sufficient statistics: the centred sum (rounded
+/// once from the exact sum) and the count.
+pub fn release_mean_of<R: Rng + ?Sized>(
+    rng: &mut R,
+    centred: f64,
+    count: u64,
+    bound: f64,
+    rho: f64,
+) -> MeanValue {
+    let half = bound / 2.0;
     let (s_sum, s_count) = mean_sigmas(bound, rho);
     let noisy_sum = add_gaussian(rng, centred, s_sum);
-    let noisy_count = add_gaussian(rng, values.len() as f64, s_count);
+    let noisy_count = add_gaussian(rng, count as f64, s_count);
     let mean = (half + noisy_sum / noisy_count.max(1.0)).clamp(0.0, bound);
     MeanValue {
         mean,

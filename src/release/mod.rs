@@ -9,6 +9,7 @@
 
 pub mod accuracy;
 pub mod budget;
+pub mod exact_sum;
 pub mod histogram;
 pub mod labels;
 pub mod mean;
@@ -16,8 +17,10 @@ pub mod noise;
 pub mod pld;
 pub mod quantiles;
 pub mod request;
+pub mod summary;
 
 pub use budget::{BudgetRequest, BudgetStatus};
+pub use exact_sum::ExactSum;
 pub use histogram::HistogramValue;
 pub use labels::{LabelAssignment, Labels};
 pub use mean::MeanValue;
@@ -25,6 +28,7 @@ pub use pld::release_pld_events;
 pub use request::{
     HistogramRequest, MeanRequest, QuantileMethod, QuantilesRequest, ReleaseRequest,
 };
+pub use summary::{ReleaseSummary, Summary};
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -74,43 +78,16 @@ pub struct ReleaseValues {
     pub groups: Option<Vec<GroupStatistics>>,
 }
 
-/// Compute one population's statistics.
+/// Compute one population's statistics: its sufficient statistics
+/// ([`Summary`]), then the mechanisms on them, as a sharded release does with
+/// its shards' merged statistics.
 pub fn statistics<R: Rng + ?Sized>(
     rng: &mut R,
     request: &ReleaseRequest,
     values: &[f64],
     bound: f64,
 ) -> Statistics {
-    Statistics {
-        mean: request
-            .mean
-            .as_ref()
-            .map(|m| mean::release_mean(rng, values, bound, m.rho)),
-        quantiles: request.quantiles.as_ref().map(|q| {
-            let est = match q.method {
-                QuantileMethod::Kss => {
-                    quantiles::kss_quantiles(rng, values, bound, &q.levels, q.rho)
-                }
-                QuantileMethod::GradientDescent => quantiles::gradient_quantiles(
-                    rng,
-                    values,
-                    bound,
-                    &q.levels,
-                    q.rho,
-                    q.steps.unwrap_or(quantiles::GRADIENT_STEPS),
-                ),
-            };
-            q.levels
-                .iter()
-                .zip(est)
-                .map(|(&level, value)| QuantileValue { level, value })
-                .collect()
-        }),
-        histogram: request
-            .histogram
-            .as_ref()
-            .map(|h| histogram::release_histogram(rng, values, bound, h.bins, h.rho)),
-    }
+    Summary::of(request, values, bound).release(rng, request, Some(values), bound)
 }
 
 /// Compute a validated release of `values` (every example's epsilon, by id,
@@ -123,30 +100,12 @@ pub fn compute<R: Rng + ?Sized>(
     bound: f64,
     labels: &Labels,
 ) -> ReleaseValues {
-    if !request.by_group {
-        return ReleaseValues {
-            population: Some(statistics(rng, request, values, bound)),
-            groups: None,
-        };
-    }
-    let (groups, unlabelled) = labels.partition(values);
-    let mut out: Vec<GroupStatistics> = labels
-        .names()
-        .iter()
-        .zip(&groups)
-        .map(|(name, vals)| GroupStatistics {
-            label: Some(name.clone()),
-            statistics: statistics(rng, request, vals, bound),
-        })
-        .collect();
-    out.push(GroupStatistics {
-        label: None,
-        statistics: statistics(rng, request, &unlabelled, bound),
-    });
-    ReleaseValues {
-        population: None,
-        groups: Some(out),
-    }
+    ReleaseSummary::of(request, values, bound, labels).release(
+        rng,
+        request,
+        Some((values, labels)),
+        bound,
+    )
 }
 
 /// A release as recorded durably and served to viewers.

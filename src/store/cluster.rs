@@ -20,7 +20,10 @@
 //! dpledger_events.epoch BIGINT NULL   -- the writer's epoch, checked by the trigger
 //! dpledger_shards(dataset TEXT PRIMARY KEY, examples BIGINT, shards INT, spec TEXT)
 //!                                     -- sharded datasets (issue 26): the layout
+//! dpledger_decisions(id TEXT PRIMARY KEY, outcome TEXT, created TIMESTAMPTZ)
+//!                                     -- a change across shards: 'commit' or 'abort'
 //! ```
 
 pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};
+pub use super::pg::shard_commit::{CrossCommit, Decision};
 pub use super::pg::shards::{LayoutClaim, LayoutRow};

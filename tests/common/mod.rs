@@ -242,6 +242,15 @@ pub fn put(url: &str, token: Option<&str>, body: &Value) -> Reply {
     finish(req.send_json(body.clone()))
 }
 
+/// `method url` with a JSON body and an `Idempotency-Key`.
+pub fn send_keyed(method: &str, url: &str, token: &str, key: &str, body: &Value) -> Reply {
+    let req = agent()
+        .request(method, url)
+        .set("Authorization", &format!("Bearer {token}"))
+        .set("Idempotency-Key", key);
+    finish(req.send_json(body.clone()))
+}
+
 /// `POST url` with a raw body and content type.
 pub fn post_raw(url: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
     let mut req = agent().post(url).set("Content-Type", content_type);

@@ -13,10 +13,12 @@
 //! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
 //! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
 //! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
+//! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 
 mod leases;
 mod placement;
+pub mod shard_release;
 mod shard_split;
 mod shards;
 
@@ -78,6 +80,10 @@ pub struct ClusterNode {
     drained: tokio::sync::Notify,
     /// Sharded datasets' layouts as read (they never change).
     layouts: DashMap<String, Arc<ShardLayout>>,
+    /// Changes across shards prepared on this node's shards (`shard_release.rs`).
+    held: shard_release::Held,
+    /// The connection of changes across shards (not the lease loop's).
+    changes: ClusterDb,
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
@@ -111,6 +117,9 @@ impl ClusterNode {
             "--lease-ttl-ms must be at least 200"
         );
         let db = ClusterDb::connect(store_url, statement_timeout(config.lease_ttl)).await?;
+        // Its own connection: a commit across shards or a decision that waits
+        // for one must not hold up this node's lease renewals.
+        let changes = ClusterDb::connect(store_url, shard_release::STATEMENT_TIMEOUT).await?;
         let memory = NodeMemory {
             free: match (memory_free(), config.memory_bytes) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -138,6 +147,8 @@ impl ClusterNode {
             nodes: Mutex::new(nodes),
             drained: tokio::sync::Notify::new(),
             layouts: DashMap::new(),
+            held: DashMap::new(),
+            changes,
         })
     }
 

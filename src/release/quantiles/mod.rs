@@ -38,5 +38,7 @@ pub use atoms::{atom_count_scale, AtomMass};
 pub use baselines::{gradient_quantiles, gradient_sigma, per_level_quantiles, GRADIENT_STEPS};
 pub use grid::{cell_of, cell_value, resolution, Grid, GRID_CELLS};
 pub use mechanism::{cell_mechanism, Mechanism};
-pub use recursion::{kss_depth, kss_eta, kss_quantiles, kss_quantiles_on, kss_rho};
+pub use recursion::{
+    kss_depth, kss_eta, kss_quantiles, kss_quantiles_of_cells, kss_quantiles_on, kss_rho,
+};
 pub use utility::{utility, utility_scale, Target};

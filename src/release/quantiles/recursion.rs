@@ -60,11 +60,25 @@ pub fn kss_quantiles_on<R: Rng + ?Sized>(
     levels: &[f64],
     rho: f64,
 ) -> Vec<f64> {
+    let cells = grid.sorted_cells(values, bound);
+    kss_quantiles_of_cells(grid, rng, &cells, bound, levels, rho)
+}
+
+/// [`kss_quantiles_on`] from the values' sorted cells: what the mechanism
+/// consumes (a shard's counts per cell, merged and expanded, give the same
+/// vector as one ledger's sorted cells).
+pub fn kss_quantiles_of_cells<R: Rng + ?Sized>(
+    grid: Grid,
+    rng: &mut R,
+    cells: &[u32],
+    bound: f64,
+    levels: &[f64],
+    rho: f64,
+) -> Vec<f64> {
     let mech = Mechanism {
         grid,
         eta: kss_eta(levels.len(), rho),
     };
-    let cells = grid.sorted_cells(values, bound);
     let targets: Vec<Target> = levels
         .iter()
         .map(|&q| Target {
@@ -74,7 +88,7 @@ pub fn kss_quantiles_on<R: Rng + ?Sized>(
         .collect();
     let mut out = vec![0u32; levels.len()];
     let root = SubProblem {
-        cells: &cells,
+        cells,
         lo: 0,
         hi: grid.top(),
         atoms: AtomMass::default(),

@@ -44,6 +44,11 @@ const CLUSTER_SCHEMA_SQL: &str = "
         shards   INT NOT NULL,
         spec     TEXT NOT NULL
     );
+    CREATE TABLE IF NOT EXISTS dpledger_decisions (
+        id      TEXT PRIMARY KEY,
+        outcome TEXT NOT NULL,
+        created TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
     CREATE OR REPLACE FUNCTION dpledger_fence() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         current_epoch BIGINT;

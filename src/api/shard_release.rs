@@ -1,0 +1,446 @@
+//! Releases and release budgets of a sharded dataset over HTTP (issue 26;
+//! `engine::cluster::shard_release` has the protocol, `docs/cluster.md`
+//! "Releases of a sharded dataset" the argument).
+//!
+//! The node that receives `POST /v1/datasets/{d}/releases` or `PUT
+//! /v1/datasets/{d}/release-budget` coordinates: it authorises (curator on
+//! `d`), sends a prepare to every shard's owner in parallel
+//! (`POST /v1/datasets/{shard}/shard-changes/{id}/prepare`, node to node, the
+//! caller's token: the owner authorises it for its shard), runs the mechanism
+//! once on the merged statistics, commits one record per shard in one
+//! PostgreSQL transaction, then asks every owner to decide
+//! (`.../shard-changes/{id}/decide`), which each does from PostgreSQL, not
+//! from the message. Shards found at different steps (a step in flight) are
+//! released and prepared again, a few times, before a retryable `503
+//! shards-apart`.
+
+use super::auth::{Access, Claims};
+use super::extract::{Auth, RawBody};
+use super::idempotency::IdempotencyHeader;
+use super::node_client::NodeAnswer;
+use super::problem::Problem;
+use super::shard_routes::{json_response, Shards};
+use super::state::AppState;
+use crate::engine::cluster::shard_release::{
+    check_sharded_request, label_names, release_of_shards, Apart, CrossCommit, Decision, Prepared,
+    RecordKind, ShardChange,
+};
+use crate::engine::cluster::{ClusterNode, ShardLayout};
+use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
+use crate::release::{BudgetRequest, BudgetStatus, ReleaseRequest};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long an owner holds its shard's writes for a prepared change before
+/// deciding it alone (abort, unless the commit landed).
+const HOLD: Duration = Duration::from_secs(5);
+/// Rounds of prepares while the shards are found at different steps.
+const ROUNDS: u32 = 20;
+/// Path segment of the node-to-node calls.
+const SEGMENT: &str = "shard-changes";
+
+fn problem(p: Problem) -> Response {
+    p.into_response()
+}
+
+fn engine_problem(e: EngineError) -> Response {
+    Problem::from(e).into_response()
+}
+
+/// A fresh change id (random, 128 bits).
+fn change_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Whether `request` is a node-to-node call of this protocol to a shard.
+pub(super) fn is_owner_call(request: &Request) -> bool {
+    let segments: Vec<&str> = request.uri().path().split('/').collect();
+    // ["", "v1", "datasets", shard, SEGMENT, id, action]
+    request.method() == Method::POST && segments.len() == 7 && segments[4] == SEGMENT
+}
+
+/// The owner's side: prepare or decide change `id` on shard `shard`.
+pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let claims = match Auth::from_request_parts(&mut parts, &state).await {
+        Ok(Auth(c)) => c,
+        Err(p) => return problem(p),
+    };
+    if let Err(p) = claims.authorize(Access::Curate(&shard)) {
+        return problem(p);
+    }
+    let path = parts.uri.path().to_string();
+    let segments: Vec<&str> = path.split('/').collect();
+    let (id, action) = (segments[5].to_string(), segments[6]);
+    match action {
+        "prepare" => {
+            let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
+                Ok(r) => r,
+                Err(p) => return problem(p),
+            };
+            let change: ShardChange = match raw.json() {
+                Ok(c) => c,
+                Err(p) => return problem(p),
+            };
+            let engine = state.engine.clone();
+            let prepared = super::task::run_to_completion(async move {
+                engine.prepare_shard_change(&shard, &id, change, HOLD).await
+            })
+            .await;
+            match prepared {
+                Ok(p) => json_response(StatusCode::OK, &p),
+                Err(p) => problem(p),
+            }
+        }
+        "decide" => match state.engine.decide_shard_change(&shard, &id).await {
+            Ok(d) => json_response(
+                StatusCode::OK,
+                &json!({"decision": if d == Decision::Committed { "committed" } else { "aborted" }}),
+            ),
+            Err(e) => engine_problem(e),
+        },
+        _ => problem(Problem::not_found("no such endpoint")),
+    }
+}
+
+/// Whether `request` (for sharded dataset `d`) is a release or a release
+/// budget change, which this module coordinates.
+pub(super) fn is_sharded_change(d: &str, request: &Request) -> bool {
+    let path = request.uri().path();
+    let Some(rest) = path
+        .strip_prefix("/v1/datasets/")
+        .and_then(|p| p.strip_prefix(d))
+    else {
+        return false;
+    };
+    matches!(
+        (request.method(), rest),
+        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget")
+    )
+}
+
+/// Answers a release or budget change of sharded dataset `layout.dataset`
+/// ([`is_sharded_change`]), run to its end even if the caller goes (owners
+/// hold their shards' writes until it is decided).
+pub(super) async fn serve(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    layout: Arc<ShardLayout>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let claims = match Auth::from_request_parts(&mut parts, &state).await {
+        Ok(Auth(c)) => c,
+        Err(p) => return problem(p),
+    };
+    let idempotency = match IdempotencyHeader::from_request_parts(&mut parts, &state).await {
+        Ok(i) => i,
+        Err(p) => return problem(p),
+    };
+    let shards = Shards {
+        authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
+        state: state.clone(),
+        node,
+        layout,
+    };
+    let budget = parts.method == Method::PUT;
+    let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
+        Ok(r) => r,
+        Err(p) => return problem(p),
+    };
+    let task = tokio::spawn(async move {
+        if budget {
+            set_budget(shards, claims, idempotency, raw).await
+        } else {
+            release(shards, claims, idempotency, raw).await
+        }
+    });
+    match task.await {
+        Ok(Ok(r) | Err(r)) => r,
+        Err(_) => problem(Problem::internal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the change's task failed",
+        )),
+    }
+}
+
+/// Prepare `change` as `id` on every shard: each shard's [`Prepared`], or the
+/// answer to give (after every shard was asked to decide, i.e. abort).
+async fn prepare_all(
+    shards: &Shards,
+    id: &str,
+    change: &ShardChange,
+) -> Result<Vec<Prepared>, Response> {
+    let body = serde_json::to_vec(change).unwrap_or_default();
+    let requests = (0..shards.layout.ranges.len())
+        .map(|s| {
+            (
+                s,
+                Method::POST,
+                format!("/{SEGMENT}/{id}/prepare"),
+                Some(("application/json", body.clone())),
+            )
+        })
+        .collect();
+    let answers = shards.gather(requests).await;
+    let mut prepared = Vec::with_capacity(answers.len());
+    let mut failure: Option<Response> = None;
+    for answer in answers {
+        match answer {
+            Ok(a) if a.ok() => match serde_json::from_slice::<Prepared>(&a.body) {
+                Ok(p) => prepared.push(p),
+                Err(e) => {
+                    failure.get_or_insert(problem(Problem::internal(
+                        StatusCode::BAD_GATEWAY,
+                        format!("a shard's prepare answer was malformed: {e}"),
+                    )));
+                }
+            },
+            Ok(a) => {
+                failure.get_or_insert(NodeAnswer::into_response(a));
+            }
+            Err(r) => {
+                failure.get_or_insert(r);
+            }
+        }
+    }
+    match failure {
+        None => Ok(prepared),
+        Some(r) => {
+            decide_all(shards, id).await;
+            Err(r)
+        }
+    }
+}
+
+/// Ask every shard's owner to decide `id` now (each asks PostgreSQL). An
+/// owner that does not hear it decides alone when its hold runs out.
+async fn decide_all(shards: &Shards, id: &str) {
+    let requests = (0..shards.layout.ranges.len())
+        .map(|s| (s, Method::POST, format!("/{SEGMENT}/{id}/decide"), None))
+        .collect();
+    for a in shards.gather(requests).await.into_iter().flatten() {
+        if !a.ok() {
+            tracing::warn!(change = id, status = %a.status, "a shard did not decide a change at once");
+        }
+    }
+}
+
+/// The answer a change with idempotency key `key` stored, if it was made.
+async fn stored_answer(
+    shards: &Shards,
+    key: &Option<IdempotencyKey>,
+) -> Result<Option<Response>, Response> {
+    let Some(k) = key else { return Ok(None) };
+    let d = &shards.layout.dataset;
+    let Some(done) = shards
+        .state
+        .engine
+        .sharded_key(d, &k.key)
+        .await
+        .map_err(engine_problem)?
+    else {
+        return Ok(None);
+    };
+    if done.request != k.request {
+        return Err(engine_problem(EngineError::KeyReused {
+            key: k.key.clone(),
+        }));
+    }
+    let value: serde_json::Value = serde_json::from_slice(&done.answer).map_err(|e| {
+        problem(Problem::internal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the stored answer is unreadable: {e}"),
+        ))
+    })?;
+    let status = if value.get("release").is_some() {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(Some(json_response(status, &value)))
+}
+
+fn apart(detail: String) -> Response {
+    problem(Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shards-apart",
+        detail,
+    ))
+}
+
+/// Commit the shards' records of change `id` (the same payload on each) and
+/// tell the owners; the answer to give, from `answer` when committed.
+#[allow(clippy::too_many_arguments)]
+async fn commit(
+    shards: &Shards,
+    id: &str,
+    kind: RecordKind,
+    payload: Vec<u8>,
+    prepared: &[Prepared],
+    key: Option<IdempotencyKey>,
+    status: StatusCode,
+    answer: serde_json::Value,
+) -> Response {
+    let targets = prepared
+        .iter()
+        .enumerate()
+        .map(|(s, p)| (shards.layout.shard_dataset(s), p.epoch))
+        .collect();
+    let d = shards.layout.dataset.clone();
+    let answer_bytes = serde_json::to_vec(&answer).unwrap_or_default();
+    let stored_key = key.clone().map(|k| {
+        (
+            d,
+            IdempotencyKey {
+                answer: answer_bytes,
+                ..k
+            },
+        )
+    });
+    let committed = shards
+        .state
+        .engine
+        .commit_across(id, kind, payload, targets, stored_key)
+        .await;
+    decide_all(shards, id).await;
+    match committed {
+        Ok(CrossCommit::Committed(_)) => json_response(status, &answer),
+        Ok(CrossCommit::KeyUsed) => match stored_answer(shards, &key).await {
+            Ok(Some(r)) => r,
+            Ok(None) => apart("the idempotency key was stored meanwhile: retry".into()),
+            Err(r) => r,
+        },
+        Ok(CrossCommit::Fenced(detail)) => problem(Problem::not_owner(
+            format!(
+                "a shard's owner changed during the change, nothing was charged: retry ({detail})"
+            ),
+            None,
+        )),
+        Ok(CrossCommit::Decided) => apart(
+            "a shard's owner stopped waiting for the change, nothing was charged: retry".into(),
+        ),
+        Err(e) => engine_problem(e),
+    }
+}
+
+/// `POST /v1/datasets/{d}/releases` of a sharded dataset.
+async fn release(
+    shards: Shards,
+    claims: Claims,
+    idempotency: IdempotencyHeader,
+    raw: RawBody,
+) -> Result<Response, Response> {
+    let d = shards.layout.dataset.clone();
+    claims.authorize(Access::Curate(&d)).map_err(problem)?;
+    let key = idempotency.key(raw.bytes()).map_err(problem)?;
+    let mut request: ReleaseRequest = raw.json().map_err(problem)?;
+    request
+        .validate()
+        .map_err(|e| engine_problem(EngineError::from(e)))?;
+    let names = label_names(&shards.layout.spec);
+    check_sharded_request(&request, &names).map_err(engine_problem)?;
+    if let Some(done) = stored_answer(&shards, &key).await? {
+        return Ok(done);
+    }
+    let change = ShardChange::Release(request.clone());
+    let mut last = Vec::new();
+    for round in 0..ROUNDS {
+        let id = change_id();
+        let prepared = prepare_all(&shards, &id, &change).await?;
+        // The mechanism off the async threads (the merged cells are one
+        // `u32` per example).
+        let computed = {
+            let (request, prepared, names) = (request.clone(), prepared.clone(), names.clone());
+            tokio::task::spawn_blocking(move || release_of_shards(&request, &prepared, &names))
+                .await
+                .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))
+        };
+        let release = match computed {
+            Ok(r) => r,
+            Err(Apart::Steps(steps)) => {
+                decide_all(&shards, &id).await;
+                last = steps;
+                tokio::time::sleep(Duration::from_millis(10 * u64::from(round + 1))).await;
+                continue;
+            }
+            Err(Apart::Disagree(detail)) => {
+                decide_all(&shards, &id).await;
+                return Err(apart(format!(
+                    "the shards cannot make one release: {detail}"
+                )));
+            }
+        };
+        let before = prepared[0].budget;
+        let budget = BudgetStatus {
+            rho_spent: before.rho_spent + release.rho,
+            releases: before.releases + 1,
+            ..before
+        };
+        let payload = serde_json::to_vec(&release).unwrap_or_default();
+        let outcome = ReleaseOutcome { release, budget };
+        let answer = serde_json::to_value(&outcome).unwrap_or_default();
+        return Ok(commit(
+            &shards,
+            &id,
+            RecordKind::Release,
+            payload,
+            &prepared,
+            key,
+            StatusCode::CREATED,
+            answer,
+        )
+        .await);
+    }
+    Err(apart(format!(
+        "the shards were at different steps ({last:?}) at every try (steps in flight): retry"
+    )))
+}
+
+/// `PUT /v1/datasets/{d}/release-budget` of a sharded dataset: the same
+/// budget on every shard, in one transaction.
+async fn set_budget(
+    shards: Shards,
+    claims: Claims,
+    idempotency: IdempotencyHeader,
+    raw: RawBody,
+) -> Result<Response, Response> {
+    let d = shards.layout.dataset.clone();
+    claims.authorize(Access::Curate(&d)).map_err(problem)?;
+    let key = idempotency.key(raw.bytes()).map_err(problem)?;
+    let request: BudgetRequest = raw.json().map_err(problem)?;
+    let rho = request
+        .to_rho()
+        .map_err(|e| engine_problem(EngineError::from(e)))?;
+    if let Some(done) = stored_answer(&shards, &key).await? {
+        return Ok(done);
+    }
+    let id = change_id();
+    let prepared = prepare_all(&shards, &id, &ShardChange::Budget(rho)).await?;
+    let before = prepared[0].budget;
+    if prepared.iter().any(|p| p.budget != before) {
+        decide_all(&shards, &id).await;
+        return Err(apart("the shards' release budgets differ".into()));
+    }
+    let budget = BudgetStatus {
+        rho_budget: Some(rho),
+        ..before
+    };
+    let payload = serde_json::to_vec(&json!({ "rho_budget": rho })).unwrap_or_default();
+    let answer = serde_json::to_value(budget).unwrap_or_default();
+    Ok(commit(
+        &shards,
+        &id,
+        RecordKind::BudgetChange,
+        payload,
+        &prepared,
+        key,
+        StatusCode::OK,
+        answer,
+    )
+    .await)
+}

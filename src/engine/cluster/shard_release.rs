@@ -1,0 +1,548 @@
+//! Releases and release budgets of a sharded dataset (issue 26,
+//! `docs/cluster.md` "Releases of a sharded dataset"): one change charged to
+//! every shard or to none.
+//!
+//! 1. **Prepare** (each shard's owner, [`Engine::prepare_shard_change`]): a task
+//!    takes the shard's release turn and its ledger's write lock (the shard's
+//!    steps and other writes wait), checks the change against the shard as it
+//!    is (budget, pending parts, retirements), computes a release's sufficient
+//!    statistics ([`ReleaseSummary`]) and answers them with its epoch, step and
+//!    budget. It then holds the lock until the change is decided, at most
+//!    `wait`.
+//! 2. **Commit** (the coordinating node, [`Engine::commit_across`]): the
+//!    mechanism runs once on the merged statistics
+//!    ([`release_of_shards`]), then one PostgreSQL transaction inserts the
+//!    decision `commit` and one record per shard, each fenced by the epoch its
+//!    owner prepared under.
+//! 3. **Decide** (each owner, [`Engine::decide_shard_change`], when the
+//!    coordinator asks or its wait runs out): the owner asks PostgreSQL for the
+//!    decision, writing `abort` unless one exists
+//!    ([`ClusterDb::decide`](crate::store::cluster::ClusterDb::decide)), so
+//!    exactly one of commit and abort is ever recorded. On `commit` it applies
+//!    its own log's records after the last it had (read from PostgreSQL, not
+//!    from the coordinator's message), then lets its writes go.
+//!
+//! A takeover replays the log, where a committed change's record is like any
+//! other; an uncommitted one is not there and never will be (the decision is
+//! `abort` or the fence refused it).
+
+use super::ClusterNode;
+use crate::accounting::Conversion;
+use crate::engine::book::{apply_release, apply_setting, export_gauges};
+use crate::engine::dataset::Dataset;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::releases::{check_bound, check_budget, check_charge, now_secs};
+use crate::engine::Engine;
+use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
+use crate::ledger::Ledger;
+use crate::release::{
+    BudgetStatus, QuantileMethod, Release, ReleaseRequest, ReleaseSummary, ReleaseTrigger,
+};
+/// What a commit across shards did, and a change's decision.
+pub use crate::store::cluster::{CrossCommit, Decision};
+/// The kind of the records a change across shards writes.
+pub use crate::store::RecordKind;
+use crate::store::{IdempotencyKey, Record, StoredRecord};
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// A change of a sharded dataset prepared on every shard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ShardChange {
+    /// A curator's release (validated).
+    Release(ReleaseRequest),
+    /// A new release budget (zCDP rho).
+    Budget(f64),
+}
+
+/// What a shard's owner answers a prepare with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prepared {
+    /// The owner's epoch: the shard's record is fenced by it.
+    pub epoch: u64,
+    /// The shard's next step (the steps it applied).
+    pub step: u64,
+    /// The shard's release budget and spend.
+    pub budget: BudgetStatus,
+    /// A release's delta, bound `B` and sufficient statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<PreparedRelease>,
+}
+
+/// A release's part of [`Prepared`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreparedRelease {
+    /// Delta of the epsilons.
+    pub delta: f64,
+    /// The worst-case epsilon `B` at the shard's step (data-independent: the
+    /// same on every shard at the same step).
+    pub bound: f64,
+    /// The shard's examples' statistics.
+    pub summary: ReleaseSummary,
+}
+
+/// Prepared changes this node's shards hold, by shard and change id: how to hand the
+/// holder the coordinator's request for the decision.
+pub(crate) type Held = DashMap<String, oneshot::Sender<oneshot::Sender<Decision>>>;
+
+/// Bound of each statement of a commit across shards or of a decision (on
+/// their own connection, `ClusterNode::changes`).
+pub(super) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a prepare waits for a multi-part step in progress to complete.
+const PENDING_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a prepare waits for its shard's release turn.
+const TURN_WAIT: Duration = Duration::from_secs(1);
+
+/// The key of a held change: one node may own several shards of a dataset.
+fn held_key(shard: &str, id: &str) -> String {
+    format!("{shard}/{id}")
+}
+
+/// Why the shards' statistics cannot make one release.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Apart {
+    /// The shards are at different steps (a step is in flight): try again.
+    Steps(Vec<u64>),
+    /// The shards disagree on what must be equal (budget, bound, releases).
+    Disagree(String),
+}
+
+/// The seed of a test build's release randomness
+/// (`DPLEDGER_TEST_RELEASE_SEED`, see `docs/cluster.md`): never set in
+/// production, where releases draw from the operating system.
+fn test_seed() -> Option<u64> {
+    static SEED: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        let seed = std::env::var("DPLEDGER_TEST_RELEASE_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok());
+        if seed.is_some() {
+            tracing::warn!(
+                "DPLEDGER_TEST_RELEASE_SEED is set: releases are predictable (tests only)"
+            );
+        }
+        seed
+    })
+}
+
+/// The randomness of a release describing `step`: from the operating system,
+/// or, under the test-only `DPLEDGER_TEST_RELEASE_SEED`, seeded by it and the
+/// step, so that a sharded and an unsharded ledger of one trace can be
+/// compared value for value.
+pub fn release_rng(step: u64) -> rand::rngs::StdRng {
+    use rand::SeedableRng;
+    match test_seed() {
+        Some(seed) => rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(step)),
+        None => rand::rngs::StdRng::from_os_rng(),
+    }
+}
+
+/// The label names of a sharded dataset in order of first use, from its
+/// creation's specification (labels cannot change after a sharded creation).
+pub fn label_names(spec: &str) -> Vec<String> {
+    let spec: serde_json::Value = serde_json::from_str(spec).unwrap_or_default();
+    let Ok(labels) = serde_json::from_value::<Vec<Option<String>>>(spec["labels"].clone()) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = Vec::new();
+    for l in labels.iter().flatten() {
+        if !names.contains(l) {
+            names.push(l.clone());
+        }
+    }
+    names
+}
+
+/// The release the shards' prepared statistics make: checked to describe one
+/// step with one bound and one budget, merged exactly, the mechanism run once.
+pub fn release_of_shards(
+    request: &ReleaseRequest,
+    prepared: &[Prepared],
+    names: &[String],
+) -> Result<Release, Apart> {
+    let first = prepared
+        .first()
+        .ok_or_else(|| Apart::Disagree("no shard".into()))?;
+    if prepared.iter().any(|p| p.step != first.step) {
+        return Err(Apart::Steps(prepared.iter().map(|p| p.step).collect()));
+    }
+    let same_budget = |p: &Prepared| {
+        p.budget.releases == first.budget.releases
+            && p.budget.rho_spent.to_bits() == first.budget.rho_spent.to_bits()
+            && p.budget.rho_budget.map(f64::to_bits) == first.budget.rho_budget.map(f64::to_bits)
+    };
+    if !prepared.iter().all(same_budget) {
+        return Err(Apart::Disagree("the shards' release budgets differ".into()));
+    }
+    let parts: Vec<&PreparedRelease> = prepared
+        .iter()
+        .map(|p| p.release.as_ref())
+        .collect::<Option<_>>()
+        .ok_or_else(|| Apart::Disagree("a shard prepared no release".into()))?;
+    let (delta, bound) = (parts[0].delta, parts[0].bound);
+    if parts
+        .iter()
+        .any(|p| p.delta.to_bits() != delta.to_bits() || p.bound.to_bits() != bound.to_bits())
+    {
+        return Err(Apart::Disagree(
+            "the shards' worst cases differ at the same step".into(),
+        ));
+    }
+    let summaries: Vec<ReleaseSummary> = parts.iter().map(|p| p.summary.clone()).collect();
+    let merged = ReleaseSummary::merge_all(request, &summaries, names, bound)
+        .map_err(|m| Apart::Disagree(format!("the shards' statistics differ: {}", m.0)))?;
+    let mut rng = release_rng(first.step);
+    let values = merged.release(&mut rng, request, None, bound);
+    Ok(Release {
+        id: first.budget.releases + 1,
+        step: first.step,
+        released_at: now_secs(),
+        trigger: ReleaseTrigger::Request,
+        request: request.clone(),
+        delta,
+        bound,
+        rho: request.rho(),
+        values,
+    })
+}
+
+/// Refuse what a sharded dataset cannot release exactly: the interactive
+/// gradient quantiles, and groups when the dataset has no labels.
+pub fn check_sharded_request(request: &ReleaseRequest, names: &[String]) -> EngineResult<()> {
+    if request
+        .quantiles
+        .as_ref()
+        .is_some_and(|q| q.method == QuantileMethod::GradientDescent)
+    {
+        return Err(EngineError::Conflict {
+            detail: "quantiles method gradient_descent is interactive and has no sufficient \
+                     statistics to merge across shards: use kss"
+                .into(),
+            field: Some("quantiles.method"),
+        });
+    }
+    if request.by_group && names.is_empty() {
+        return Err(EngineError::Conflict {
+            detail: "by_group needs labels, and this sharded dataset was created without any"
+                .into(),
+            field: Some("by_group"),
+        });
+    }
+    Ok(())
+}
+
+impl Engine {
+    fn node(&self) -> EngineResult<Arc<ClusterNode>> {
+        self.cluster()
+            .cloned()
+            .ok_or_else(|| EngineError::conflict("sharded datasets exist only in cluster mode"))
+    }
+
+    /// Prepare change `id` on shard `shard` (served here) and hold its writes
+    /// until the change is decided, at most `wait` (module note, step 1).
+    pub async fn prepare_shard_change(
+        &self,
+        shard: &str,
+        id: &str,
+        change: ShardChange,
+        wait: Duration,
+    ) -> EngineResult<Prepared> {
+        let node = self.node()?;
+        if super::parse_shard_id(shard).is_none() {
+            return Err(EngineError::conflict(format!("{shard:?} is not a shard")));
+        }
+        let ds = self.dataset(shard)?;
+        let (decide_tx, decide_rx) = oneshot::channel();
+        match node.held.entry(held_key(shard, id)) {
+            dashmap::mapref::entry::Entry::Occupied(_) => {
+                return Err(EngineError::conflict(format!(
+                    "change {id:?} is already prepared here"
+                )))
+            }
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(decide_tx);
+            }
+        }
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let engine = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            engine
+                .hold(node, ds, id, change, ready_tx, decide_rx, wait)
+                .await;
+        });
+        ready_rx
+            .await
+            .map_err(|_| EngineError::Internal("a prepare stopped".into()))?
+    }
+
+    /// The holder of a prepared change (module note, steps 1 and 3).
+    #[allow(clippy::too_many_arguments)]
+    async fn hold(
+        &self,
+        node: Arc<ClusterNode>,
+        ds: Arc<Dataset>,
+        id: String,
+        change: ShardChange,
+        ready: oneshot::Sender<EngineResult<Prepared>>,
+        decide: oneshot::Receiver<oneshot::Sender<Decision>>,
+        wait: Duration,
+    ) {
+        let key = held_key(&ds.id, &id);
+        // Two changes preparing the same shards in different orders would
+        // each wait for the other's hold: the second gives up at once.
+        let turn = tokio::time::timeout(TURN_WAIT, ds.release_turn.clone().lock_owned()).await;
+        let Ok(_turn) = turn else {
+            node.held.remove(&key);
+            let _ = ready.send(Err(EngineError::Unavailable(format!(
+                "another release or budget change of {:?} is in progress: retry",
+                ds.id
+            ))));
+            return;
+        };
+        // A multi-part step in progress: wait for it a little, as an
+        // unsharded release's commit does (the charge cannot land inside one).
+        let waited = std::time::Instant::now();
+        let mut ledger = loop {
+            let ledger = ds.ledger.write().await;
+            if ledger.check_release().is_err() && waited.elapsed() < PENDING_WAIT {
+                drop(ledger);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            break ledger;
+        };
+        match self.prepare_locked(&ds, &mut ledger, &change).await {
+            Ok(p) => {
+                // A coordinator gone meanwhile changes nothing: the decision
+                // is still asked of PostgreSQL below.
+                let _ = ready.send(Ok(p));
+            }
+            Err(e) => {
+                node.held.remove(&key);
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+        let asker = tokio::time::timeout(wait, decide)
+            .await
+            .ok()
+            .and_then(Result::ok);
+        node.held.remove(&key);
+        let mut backoff = Duration::from_millis(50);
+        let decision = loop {
+            match node.changes.decide(&id).await {
+                Ok(d) => break d,
+                Err(e) => {
+                    // Undecided: the writes stay held (a commit may still land)
+                    // unless the shard left this node, whose successor replays
+                    // the log.
+                    if !self.serves(&ds.id) {
+                        return;
+                    }
+                    tracing::warn!(dataset = %ds.id, change = %id, error = %e, "cannot decide a change across shards yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        if decision == Decision::Committed {
+            if let Err(e) = self.apply_tail(&ds, &mut ledger).await {
+                tracing::error!(dataset = %ds.id, change = %id, error = %e, "a committed change did not apply: reloading from the log");
+                drop(ledger);
+                self.heal(&ds);
+            }
+        }
+        if let Some(asker) = asker {
+            let _ = asker.send(decision);
+        }
+    }
+
+    async fn prepare_locked(
+        &self,
+        ds: &Arc<Dataset>,
+        ledger: &mut Ledger,
+        change: &ShardChange,
+    ) -> EngineResult<Prepared> {
+        self.locked_checks(ds, ledger).await?;
+        let (budget, labels) = {
+            let book = ds.book_read();
+            (book.budget, book.labels.clone())
+        };
+        let epoch = ds.epoch.load(std::sync::atomic::Ordering::Acquire);
+        let step = ledger.next_step();
+        let release = match change {
+            ShardChange::Budget(rho) => {
+                if *rho < budget.rho_spent {
+                    return Err(EngineError::Conflict {
+                        detail: format!(
+                            "the budget cannot drop below what releases already spent (rho = {})",
+                            budget.rho_spent
+                        ),
+                        field: Some("rho"),
+                    });
+                }
+                None
+            }
+            ShardChange::Release(request) => {
+                let rho = request.rho();
+                check_budget(ds, &ds.book_read(), rho)?;
+                check_charge(ledger, rho)?;
+                let delta = request.delta.unwrap_or(ledger.config().delta);
+                let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
+                let at = (ledger.next_step(), ledger.releases());
+                let pld = crate::engine::bounds::blocking(|| {
+                    ds.pld_worst_case_of(at, || ledger.pld_events(), delta)
+                });
+                let worst = combine_worst_case(rdp_worst, pld);
+                let bound = worst.epsilon;
+                check_bound(step, bound, delta)?;
+                let pld_epsilon = worst.pld.map(|p| p.epsilon);
+                let summary = crate::engine::bounds::blocking(|| {
+                    let mut eps = ledger.all_epsilons(delta, Conversion::default())?;
+                    for e in &mut eps {
+                        *e = bounded_epsilon(*e, pld_epsilon).0;
+                    }
+                    Ok::<_, EngineError>(ReleaseSummary::of(request, &eps, bound, &labels))
+                })?;
+                Some(PreparedRelease {
+                    delta,
+                    bound,
+                    summary,
+                })
+            }
+        };
+        Ok(Prepared {
+            epoch,
+            step,
+            budget,
+            release,
+        })
+    }
+
+    /// Apply the shard's records that are in the log but not in memory (a
+    /// committed change's), read from the log itself.
+    async fn apply_tail(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) -> EngineResult<()> {
+        let store = self.store.clone();
+        let (id, after) = (
+            ds.id.clone(),
+            ds.last_seq.load(std::sync::atomic::Ordering::Acquire),
+        );
+        let tail = tokio::task::spawn_blocking(move || {
+            let mut tail: Vec<StoredRecord> = Vec::new();
+            let loaded = store.load_dataset(&id, after, &mut |r| {
+                tail.push(r);
+                Ok(())
+            });
+            loaded.map(|_| tail)
+        })
+        .await
+        .map_err(|_| EngineError::Internal("reading the log stopped".into()))?
+        .map_err(EngineError::store)?;
+        for stored in tail {
+            let rec = &stored.record;
+            let mut book = ds.book_write();
+            match rec.kind {
+                RecordKind::Release => {
+                    let release: Release = serde_json::from_slice(&rec.payload)
+                        .map_err(|e| EngineError::Internal(format!("release: {e}")))?;
+                    apply_release(ledger, &mut book, release).map_err(EngineError::Internal)?;
+                    metrics::counter!("dpledger_releases_total").increment(1);
+                }
+                RecordKind::BudgetChange => {
+                    apply_setting(ledger, &mut book, rec.kind, &rec.payload)
+                        .map_err(EngineError::Internal)?;
+                }
+                other => {
+                    return Err(EngineError::Internal(format!(
+                        "an unexpected {other:?} record in the log"
+                    )))
+                }
+            }
+            export_gauges(&ds.id, &book);
+            drop(book);
+            ds.note_records(&[stored.seq], &[(rec.kind, &rec.payload)]);
+        }
+        Ok(())
+    }
+
+    /// Ask this node's holder of change `id` on `shard` to decide it now;
+    /// when none holds it (decided already, or never prepared here), the
+    /// decision as PostgreSQL has it (an undecided change is aborted).
+    pub async fn decide_shard_change(&self, shard: &str, id: &str) -> EngineResult<Decision> {
+        let node = self.node()?;
+        if super::parse_shard_id(shard).is_none() {
+            return Err(EngineError::conflict(format!("{shard:?} is not a shard")));
+        }
+        if let Some((_, holder)) = node.held.remove(&held_key(shard, id)) {
+            let (tx, rx) = oneshot::channel();
+            if holder.send(tx).is_ok() {
+                if let Ok(d) = rx.await {
+                    return Ok(d);
+                }
+            }
+        }
+        node.changes.decide(id).await.map_err(EngineError::store)
+    }
+
+    /// The coordinator's commit of change `id` across shards (module note,
+    /// step 2): one record of `kind` and `payload` for each of `shards`
+    /// (name, epoch its owner prepared under), the key stored under the
+    /// sharded dataset's name.
+    pub async fn commit_across(
+        &self,
+        id: &str,
+        kind: RecordKind,
+        payload: Vec<u8>,
+        shards: Vec<(String, u64)>,
+        key: Option<(String, IdempotencyKey)>,
+    ) -> EngineResult<CrossCommit> {
+        let node = self.node()?;
+        let records = shards
+            .into_iter()
+            .map(|(dataset, epoch)| {
+                let record = Record {
+                    dataset,
+                    kind,
+                    step: None,
+                    part: None,
+                    payload: payload.clone(),
+                };
+                (record, epoch)
+            })
+            .collect();
+        match node.changes.commit_across(id, records, key).await {
+            Ok(c) => Ok(c),
+            // Unknown: decide it (abort unless the commit landed).
+            Err(e) => match node.changes.decide(id).await {
+                Ok(Decision::Committed) => Err(EngineError::Internal(format!(
+                    "committed, but the sequence numbers were lost: {e}"
+                ))),
+                Ok(Decision::Aborted) => Err(EngineError::Unavailable(format!(
+                    "the change across shards was not committed ({e}): retry"
+                ))),
+                Err(_) => Err(EngineError::store(e)),
+            },
+        }
+    }
+
+    /// A change stored under sharded dataset `dataset` with idempotency key
+    /// `key`, if any (read from the store).
+    pub async fn sharded_key(
+        &self,
+        dataset: &str,
+        key: &str,
+    ) -> EngineResult<Option<crate::store::StoredKey>> {
+        let (store, dataset, key) = (self.store.clone(), dataset.to_string(), key.to_string());
+        tokio::task::spawn_blocking(move || store.find_key(&dataset, &key))
+            .await
+            .map_err(|_| EngineError::Internal("reading a key stopped".into()))?
+            .map_err(EngineError::store)
+    }
+}

@@ -1,0 +1,167 @@
+//! One change written to several shards' logs in one PostgreSQL transaction
+//! (issue 26: a sharded dataset's release or release budget), with a decision
+//! row that makes its outcome single: the transaction inserts `(id, 'commit')`
+//! into `dpledger_decisions` first, then one record per shard, each fenced by
+//! that shard's epoch by the `dpledger_fence` trigger. A shard owner that must
+//! know the outcome without the coordinator ([`ClusterDb::decide`]) inserts
+//! `(id, 'abort')` unless a row exists: the primary key makes the two inserts
+//! conflict, so PostgreSQL lets exactly one of them land (an insert meeting the
+//! other's uncommitted row waits for its transaction to end). The table
+//! `dpledger_decisions(id, outcome, created)` is created with the cluster
+//! tables (`cluster.rs`). See
+//! `docs/cluster.md`, "Releases of a sharded dataset".
+
+use super::cluster::{ClusterDb, FENCED_SQLSTATE};
+use crate::store::{record_checksum, IdempotencyKey, Record, StoreError};
+use tokio_postgres::error::SqlState;
+
+/// What [`ClusterDb::commit_across`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrossCommit {
+    /// Every record is in the log: their sequence numbers, in order.
+    Committed(Vec<u64>),
+    /// Nothing was written: a shard's epoch is no longer its lease's (named).
+    Fenced(String),
+    /// Nothing was written: the change was already decided (an owner aborted
+    /// it when its wait ran out).
+    Decided,
+    /// Nothing was written: the idempotency key is stored already.
+    KeyUsed,
+}
+
+/// A change's decision as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Its records are in the logs.
+    Committed,
+    /// None of its records is, nor ever will be.
+    Aborted,
+}
+
+impl ClusterDb {
+    /// Appends `records` (each with the epoch of its shard's owner) in one
+    /// transaction decided as `id`, with the idempotency `key` of the change
+    /// stored under `key_dataset`. An error other than the refusals of
+    /// [`CrossCommit`] leaves the outcome unknown: ask [`ClusterDb::decide`].
+    pub async fn commit_across(
+        &self,
+        id: &str,
+        records: Vec<(Record, u64)>,
+        key: Option<(String, IdempotencyKey)>,
+    ) -> Result<CrossCommit, StoreError> {
+        let id = id.to_string();
+        self.with_client("cannot commit a change across shards", move |c| {
+            Box::pin(async move {
+                let tx = c.transaction().await?;
+                let refused = |e: &tokio_postgres::Error| -> Option<CrossCommit> {
+                    let db = e.as_db_error()?;
+                    if db.code().code() == FENCED_SQLSTATE {
+                        return Some(CrossCommit::Fenced(db.message().to_string()));
+                    }
+                    if *db.code() == SqlState::UNIQUE_VIOLATION {
+                        return match db.constraint() {
+                            Some("dpledger_decisions_pkey") => Some(CrossCommit::Decided),
+                            Some("dpledger_idempotency_pkey") => Some(CrossCommit::KeyUsed),
+                            _ => None,
+                        };
+                    }
+                    None
+                };
+                if let Err(e) = tx
+                    .execute(
+                        "INSERT INTO dpledger_decisions (id, outcome) VALUES ($1, 'commit')",
+                        &[&id],
+                    )
+                    .await
+                {
+                    return refused(&e).ok_or(e);
+                }
+                let last: i64 = tx
+                    .query_one(
+                        "SELECT value FROM dpledger_meta WHERE key = 'last_seq' FOR UPDATE",
+                        &[],
+                    )
+                    .await?
+                    .try_get(0)?;
+                let mut seqs = Vec::with_capacity(records.len());
+                for (i, (record, epoch)) in records.iter().enumerate() {
+                    let seq = last + 1 + i as i64;
+                    let crc = i64::from(record_checksum(record));
+                    let kind = i16::from(record.kind.code());
+                    let step = record.step.map(|s| s as i64);
+                    let part = record.part.map(i64::from);
+                    if let Err(e) = tx
+                        .execute(
+                            "INSERT INTO dpledger_events \
+                             (seq, dataset, kind, step, part, payload, crc, epoch) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                            &[
+                                &seq,
+                                &record.dataset,
+                                &kind,
+                                &step,
+                                &part,
+                                &record.payload,
+                                &crc,
+                                &(*epoch as i64),
+                            ],
+                        )
+                        .await
+                    {
+                        return refused(&e).ok_or(e);
+                    }
+                    seqs.push(seq as u64);
+                }
+                tx.execute(
+                    "UPDATE dpledger_meta SET value = $1 WHERE key = 'last_seq'",
+                    &[&(last + records.len() as i64)],
+                )
+                .await?;
+                if let Some((dataset, k)) = &key {
+                    if let Err(e) = tx
+                        .execute(
+                            "INSERT INTO dpledger_idempotency (dataset, key, seq, request, answer) \
+                             VALUES ($1, $2, $3, $4, $5)",
+                            &[&dataset, &k.key, &(last + 1), &k.request, &k.answer],
+                        )
+                        .await
+                    {
+                        return refused(&e).ok_or(e);
+                    }
+                }
+                tx.commit().await?;
+                Ok(CrossCommit::Committed(seqs))
+            })
+        })
+        .await
+    }
+
+    /// The outcome of change `id`, deciding it aborted when nothing decided it
+    /// yet (an insert that waits for a commit in flight, then loses to it).
+    pub async fn decide(&self, id: &str) -> Result<Decision, StoreError> {
+        let id = id.to_string();
+        self.with_client("cannot decide a change across shards", move |c| {
+            Box::pin(async move {
+                c.execute(
+                    "INSERT INTO dpledger_decisions (id, outcome) VALUES ($1, 'abort') \
+                     ON CONFLICT (id) DO NOTHING",
+                    &[&id],
+                )
+                .await?;
+                let outcome: String = c
+                    .query_one(
+                        "SELECT outcome FROM dpledger_decisions WHERE id = $1",
+                        &[&id],
+                    )
+                    .await?
+                    .try_get(0)?;
+                Ok(if outcome == "commit" {
+                    Decision::Committed
+                } else {
+                    Decision::Aborted
+                })
+            })
+        })
+        .await
+    }
+}
