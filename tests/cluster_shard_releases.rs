@@ -2,7 +2,7 @@
 //! "Releases of a sharded dataset"): real node processes on loopback and the
 //! real PostgreSQL. One seeded trace is accounted by one unsharded dataset and
 //! by a 4-shard dataset on 3 nodes; with the test-only release seed
-//! (`DPLEDGER_TEST_RELEASE_SEED`, the same random stream for both) every
+//! (`--insecure-test-release-seed`, the same random stream for both) every
 //! release must publish the same values, which it does only when its
 //! mechanisms received bit-identical merged statistics, and charge every shard
 //! exactly once: per-example privacy, the worst case and the budget stay
@@ -46,10 +46,11 @@ fn labels() -> Value {
     json!(labels)
 }
 
-/// The cluster with the test-only release seed (children inherit it).
+/// The cluster with the test-only release seed on every node.
 fn seeded_cluster() -> Option<Cluster> {
-    std::env::set_var("DPLEDGER_TEST_RELEASE_SEED", "20261126");
-    let cluster = Cluster::start(3, 4000)?;
+    let cluster = Cluster::start_with(3, 4000, |_| {
+        vec!["--insecure-test-release-seed".into(), "20261126".into()]
+    })?;
     cluster.wait_active(3);
     Some(cluster)
 }
@@ -297,6 +298,35 @@ fn a_prepared_change_without_a_commit_is_aborted_and_releases_the_shard() {
         &json!({"budget": 0.5}),
     );
     assert_eq!(r.status, 403, "{:?}", r.body);
+    // A hand-sent prepare is validated by the owner as the coordinator
+    // validates a release: a clear 4xx, never a computation on it.
+    for (body, field) in [
+        (
+            json!({"release": {"histogram": {"rho": 0.1, "bins": 0}}}),
+            "bins",
+        ),
+        (json!({"budget": -1.0}), "rho"),
+    ] {
+        let r = post(
+            &format!("{}/v1/datasets/held~0/shard-changes/v/prepare", node.url),
+            Some(&curator),
+            &body,
+        );
+        assert_eq!(r.status, 400, "{body}: {:?}", r.body);
+        assert!(
+            r.body["detail"].as_str().unwrap_or("").contains(field),
+            "{body}: {:?}",
+            r.body
+        );
+    }
+    // The node still serves: its shard takes the next step.
+    let step = json!({"step": 1, "ids": [1], "norms": [0.5]});
+    let r = post(
+        &format!("{}/v1/datasets/held/steps", cluster.nodes[2].url),
+        Some(&trainer),
+        &step,
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
 }
 
 /// SIGKILL of one shard's owner while releases are being made: whatever each

@@ -340,10 +340,7 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     // Not yet exact across shards: refused (after authorisation), never answered.
     let curator = cluster.token("curator", Some("s"), None);
     // (Releases and budgets are: tests/cluster_shard_releases.rs.)
-    for (method, path) in [
-        ("PUT", "/release-policy"),
-        ("PUT", "/labels"),
-    ] {
+    for (method, path) in [("PUT", "/release-policy"), ("PUT", "/labels")] {
         let url = format!("{}/v1/datasets/s{path}", via(1));
         let r = match method {
             "GET" => get(&url, Some(&curator)),

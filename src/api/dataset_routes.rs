@@ -224,8 +224,8 @@ async fn create_dataset(
         })
         .with_field("shards"));
     }
-    if state.engine.cluster().is_none() {
-        crate::engine::cluster::check_single_ledger(&body.config, state.limits.max_shard_examples)?;
+    if let (None, Some(bound)) = (state.engine.cluster(), state.limits.single_max_examples) {
+        crate::engine::cluster::check_single_ledger(&body.config, bound)?;
     }
     let setup = DatasetSetup {
         release_budget: body

@@ -82,10 +82,16 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
                 Ok(r) => r,
                 Err(p) => return problem(p),
             };
-            let change: ShardChange = match raw.json() {
+            let mut change: ShardChange = match raw.json() {
                 Ok(c) => c,
                 Err(p) => return problem(p),
             };
+            // Validated again here: a curator can send this call by hand, and
+            // the owner must never compute on what the coordinator refuses
+            // (`bins: 0`, a budget that is not a finite rho >= 0).
+            if let Err(e) = validate_change(&mut change) {
+                return engine_problem(e);
+            }
             let engine = state.engine.clone();
             let prepared = super::task::run_to_completion(async move {
                 engine.prepare_shard_change(&shard, &id, change, HOLD).await
@@ -104,6 +110,20 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
             Err(e) => engine_problem(e),
         },
         _ => problem(Problem::not_found("no such endpoint")),
+    }
+}
+
+/// What a coordinator checks of a change, checked again by each owner.
+fn validate_change(change: &mut ShardChange) -> Result<(), EngineError> {
+    match change {
+        ShardChange::Release(request) => request.validate().map_err(EngineError::from),
+        ShardChange::Budget(rho) if rho.is_finite() && *rho >= 0.0 => Ok(()),
+        ShardChange::Budget(rho) => {
+            Err(EngineError::from(crate::accounting::InvalidArgument::new(
+                "rho",
+                format!("a release budget is a finite rho >= 0, not {rho}"),
+            )))
+        }
     }
 }
 
@@ -146,6 +166,9 @@ pub(super) async fn serve(
         state: state.clone(),
         node,
         layout,
+        // The change's own key is kept by the coordinator's commit (one key
+        // for the dataset), never passed on to the shards' prepares.
+        idempotency_key: None,
     };
     let budget = parts.method == Method::PUT;
     let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {

@@ -14,8 +14,12 @@ pub struct Limits {
     /// Largest range of thresholds returned by one request.
     pub max_threshold_range: u64,
     /// Most examples of one ledger: a cluster shards a larger creation
-    /// automatically, a single server refuses it (`--max-shard-examples`).
+    /// automatically (`--max-shard-examples`, with a default).
     pub max_shard_examples: u64,
+    /// A single server's bound on one dataset's examples: only when
+    /// `--max-shard-examples` is given, so that a single server accepts what
+    /// it always accepted unless its operator asks otherwise.
+    pub single_max_examples: Option<u64>,
 }
 
 impl Default for Limits {
@@ -24,6 +28,7 @@ impl Default for Limits {
             max_body_bytes: 64 << 20,
             max_threshold_range: 1 << 20,
             max_shard_examples: crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES,
+            single_max_examples: None,
         }
     }
 }

@@ -100,13 +100,18 @@ pub struct ServeCmd {
     #[arg(long, default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
     /// Most examples of one ledger. In cluster mode a creation of more (without
-    /// "shards") is split into ceil(examples / bound) shards; a single server
-    /// refuses it. The default, 2*10^7, needs about 15.6 GB at peak (about 780
-    /// bytes per example, docs/ledger-memory.md): it fits a 24 GB node.
+    /// "shards") is split into ceil(examples / bound) shards; the cluster
+    /// default, 2*10^7, needs about 15.6 GB at peak (about 780 bytes per
+    /// example, docs/ledger-memory.md): it fits a 24 GB node. A single server
+    /// has no bound unless this is given, and then refuses a larger creation.
     #[arg(long, env = "DPLEDGER_MAX_SHARD_EXAMPLES",
-          default_value_t = crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES,
           value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_shard_examples: u64,
+    pub max_shard_examples: Option<u64>,
+    /// FOR TESTS ONLY: seed every release's randomness with this value plus
+    /// the step, so that two ledgers of one trace publish identical values.
+    /// Releases become predictable, hence NOT private; a warning is logged.
+    #[arg(long, value_name = "SEED")]
+    pub insecure_test_release_seed: Option<u64>,
     /// Verify tokens with this PEM public key of an external identity provider
     /// instead of the local HS256 secret.
     #[arg(long)]
@@ -395,6 +400,13 @@ impl ServeCmd {
         }
         .with_leeway(self.token_leeway);
         let cluster_url = self.cluster_url()?;
+        if let Some(seed) = self.insecure_test_release_seed {
+            tracing::warn!(
+                "--insecure-test-release-seed is set: releases are predictable, hence not \
+                 private (tests only)"
+            );
+            crate::engine::cluster::shard_release::set_test_release_seed(seed);
+        }
         // A cluster node's writer must not hold the log's locks while it is
         // frozen (SIGSTOP, a long GC-like pause): PostgreSQL ends a session
         // idle inside a transaction after half a lease, so that the other
@@ -410,7 +422,10 @@ impl ServeCmd {
         let store = self.data.open_store(store_url.as_deref())?;
         let limits = Limits {
             max_body_bytes: self.max_body_bytes,
-            max_shard_examples: self.max_shard_examples,
+            max_shard_examples: self
+                .max_shard_examples
+                .unwrap_or(crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES),
+            single_max_examples: self.max_shard_examples,
             ..Limits::default()
         };
         crate::ledger::table_cache().set_bound(self.table_cache_bytes);

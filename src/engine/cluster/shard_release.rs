@@ -113,26 +113,24 @@ pub enum Apart {
     Disagree(String),
 }
 
-/// The seed of a test build's release randomness
-/// (`DPLEDGER_TEST_RELEASE_SEED`, see `docs/cluster.md`): never set in
-/// production, where releases draw from the operating system.
+/// The seed of the release randomness for tests, set only by the server's
+/// explicit `--insecure-test-release-seed` flag ([`set_test_release_seed`]);
+/// never from the environment, which a deployment may inherit unawares.
+static TEST_SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Makes every later release's random stream `StdRng(seed + step)`: for tests
+/// that compare a sharded and an unsharded ledger value for value. Predictable
+/// noise is not private: the server logs a warning at start when it is set.
+pub fn set_test_release_seed(seed: u64) {
+    let _ = TEST_SEED.set(seed);
+}
+
 fn test_seed() -> Option<u64> {
-    static SEED: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *SEED.get_or_init(|| {
-        let seed = std::env::var("DPLEDGER_TEST_RELEASE_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok());
-        if seed.is_some() {
-            tracing::warn!(
-                "DPLEDGER_TEST_RELEASE_SEED is set: releases are predictable (tests only)"
-            );
-        }
-        seed
-    })
+    TEST_SEED.get().copied()
 }
 
 /// The randomness of a release describing `step`: from the operating system,
-/// or, under the test-only `DPLEDGER_TEST_RELEASE_SEED`, seeded by it and the
+/// or, under the test-only `--insecure-test-release-seed`, seeded by it and the
 /// step, so that a sharded and an unsharded ledger of one trace can be
 /// compared value for value.
 pub fn release_rng(step: u64) -> rand::rngs::StdRng {
@@ -344,6 +342,12 @@ impl Engine {
                     // unless the shard left this node, whose successor replays
                     // the log.
                     if !self.serves(&ds.id) {
+                        // Still under the write lock: whatever the outcome, no
+                        // step may run on this memory, which may lack a
+                        // committed charge (a renewal that returns the lease
+                        // later must reload from the log, not serve this copy).
+                        ds.mark_stale();
+                        let _ = self.lose(&ds);
                         return;
                     }
                     tracing::warn!(dataset = %ds.id, change = %id, error = %e, "cannot decide a change across shards yet");
@@ -355,8 +359,10 @@ impl Engine {
         if decision == Decision::Committed {
             if let Err(e) = self.apply_tail(&ds, &mut ledger).await {
                 tracing::error!(dataset = %ds.id, change = %id, error = %e, "a committed change did not apply: reloading from the log");
-                drop(ledger);
+                // Stale before the lock is released: a step queued behind it
+                // must not run on memory without the committed charge.
                 self.heal(&ds);
+                drop(ledger);
             }
         }
         if let Some(asker) = asker {

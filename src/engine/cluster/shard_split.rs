@@ -128,7 +128,8 @@ impl SplitStep {
         layout: &ShardLayout,
         answers: &[(usize, RefreshOutcome)],
     ) -> EngineResult<RefreshOutcome> {
-        let mut thresholds = vec![0.0; self.batch];
+        let batch: usize = self.positions.iter().map(Vec::len).sum();
+        let mut thresholds = vec![0.0; batch];
         let mut retired = Vec::new();
         let mut effective_step = 0;
         for (s, answer) in answers {

@@ -144,7 +144,16 @@ impl ClusterDb {
         config.application_name("dpledger-cluster");
         let millis = timeout.as_millis().max(1);
         let existing = config.get_options().unwrap_or("").to_string();
-        config.options(format!("{existing} -c statement_timeout={millis}").trim());
+        // A transaction left open by a frozen process (SIGSTOP, a partition)
+        // would hold its locks (a cross-shard commit holds `last_seq`, which
+        // every writer needs) until TCP gives up: the server ends it instead.
+        config.options(
+            format!(
+                "{existing} -c statement_timeout={millis} \
+                 -c idle_in_transaction_session_timeout={millis}"
+            )
+            .trim(),
+        );
         let db = ClusterDb {
             config,
             name,
