@@ -526,14 +526,28 @@ impl Engine {
         match node.changes.commit_across(id, records, key).await {
             Ok(c) => Ok(c),
             // Unknown: decide it (abort unless the commit landed).
+            // The commit's answer was lost but PostgreSQL decided it: the
+            // coordinator still holds the answer, so the caller gets it.
             Err(e) => match node.changes.decide(id).await {
-                Ok(Decision::Committed) => Err(EngineError::Internal(format!(
-                    "committed, but the sequence numbers were lost: {e}"
-                ))),
+                Ok(Decision::Committed) => {
+                    tracing::warn!(change = %id, error = %e, "a commit across shards answered an error but was committed");
+                    Ok(CrossCommit::Committed(Vec::new()))
+                }
                 Ok(Decision::Aborted) => Err(EngineError::Unavailable(format!(
                     "the change across shards was not committed ({e}): retry"
                 ))),
-                Err(_) => Err(EngineError::store(e)),
+                // Neither the commit nor its decision answered: whether the
+                // shards were charged is unknown (a retry with the same
+                // Idempotency-Key is answered from the stored key).
+                Err(decide) => Err(EngineError::Store(
+                    crate::store::StoreError::OutcomeUnknown {
+                        store: "postgres".into(),
+                        detail: format!(
+                            "the commit of a change across shards failed ({e}) and its decision \
+                         could not be read ({decide})"
+                        ),
+                    },
+                )),
             },
         }
     }

@@ -104,7 +104,9 @@ pub fn shards_for(config: &DatasetConfig, requested: Option<u32>, bound: u64) ->
             if n.div_ceil(u64::from(k)) > bound {
                 return Err(EngineError::BadRequest {
                     detail: format!(
-                        "{k} shards of {n} examples hold up to {} each, more than this                          cluster's bound of {bound} examples per shard (--max-shard-examples):                          ask for at least {needed} shards, or leave shards out to get them",
+                        "{k} shards of {n} examples hold up to {} each, more than this \
+                         cluster's bound of {bound} examples per shard (--max-shard-examples): \
+                         ask for at least {needed} shards, or leave shards out to get them",
                         n.div_ceil(u64::from(k))
                     ),
                     field: Some("shards"),
@@ -113,22 +115,23 @@ pub fn shards_for(config: &DatasetConfig, requested: Option<u32>, bound: u64) ->
             Ok(k)
         }
         None => {
-            let too_large = |why: String| {
-                EngineError::BadRequest {
+            let too_large = |why: String| EngineError::BadRequest {
                 detail: format!(
-                    "{n} examples are more than one ledger's bound of {bound}                      (--max-shard-examples) and {why}"
+                    "{n} examples are more than one ledger's bound of {bound} \
+                     (--max-shard-examples) and {why}"
                 ),
                 field: Some("examples"),
-            }
             };
             if needed > u64::from(MAX_SHARDS) {
                 return Err(too_large(format!(
-                    "would need {needed} shards, more than {MAX_SHARDS}: raise the bound on                      nodes that have the memory (about 780 bytes per example)"
+                    "would need {needed} shards, more than {MAX_SHARDS}: raise the bound on \
+                     nodes that have the memory (about 780 bytes per example)"
                 )));
             }
             if matches!(config.sampling, crate::ledger::Sampling::Shuffle { .. }) {
                 return Err(too_large(
-                    "shuffled sampling cannot be sharded yet: use Poisson sampling, or raise                      the bound on nodes that have the memory (about 780 bytes per example)"
+                    "shuffled sampling cannot be sharded yet: use Poisson sampling, or raise \
+                     the bound on nodes that have the memory (about 780 bytes per example)"
                         .into(),
                 ));
             }
@@ -148,7 +151,10 @@ pub fn check_single_ledger(config: &DatasetConfig, bound: u64) -> EngineResult<(
     }
     Err(EngineError::BadRequest {
         detail: format!(
-            "{n} examples are more than one ledger's bound of {bound} on this server              (--max-shard-examples, DPLEDGER_MAX_SHARD_EXAMPLES; about 780 bytes per example              at peak): serve it from a cluster (dpledger serve --cluster), which splits it into              {} shards automatically, or raise the bound where this machine has the memory",
+            "{n} examples are more than one ledger's bound of {bound} on this server \
+             (--max-shard-examples, DPLEDGER_MAX_SHARD_EXAMPLES; about 780 bytes per example \
+             at peak): serve it from a cluster (dpledger serve --cluster), which splits it into \
+             {} shards automatically, or raise the bound where this machine has the memory",
             n.div_ceil(bound.max(1))
         ),
         field: Some("examples"),

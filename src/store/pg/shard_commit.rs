@@ -18,7 +18,8 @@ use tokio_postgres::error::SqlState;
 /// What [`ClusterDb::commit_across`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CrossCommit {
-    /// Every record is in the log: their sequence numbers, in order.
+    /// Every record is in the log: their sequence numbers, in order (empty
+    /// when the commit was known only from its decision row).
     Committed(Vec<u64>),
     /// Nothing was written: a shard's epoch is no longer its lease's (named).
     Fenced(String),
