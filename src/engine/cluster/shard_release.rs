@@ -99,6 +99,10 @@ const PENDING_WAIT: Duration = Duration::from_secs(2);
 /// How long a prepare waits for its shard's release turn.
 const TURN_WAIT: Duration = Duration::from_secs(1);
 
+/// What a held change's wait for its decision grows by per example of the
+/// shard: 1 s per 10^6 examples, five times a statistics pass's cost.
+const HOLD_PER_EXAMPLE: Duration = Duration::from_micros(1);
+
 /// The key of a held change: one node may own several shards of a dataset.
 fn held_key(shard: &str, id: &str) -> String {
     format!("{shard}/{id}")
@@ -328,6 +332,11 @@ impl Engine {
                 return;
             }
         }
+        // The coordinator waits for the slowest shard's statistics pass
+        // (about 0.2 s per 10^6 examples, shards of one dataset are near
+        // equal in size), then commits: the hold grows with the shard so that
+        // large shards do not abort every release while others still read.
+        let wait = wait + HOLD_PER_EXAMPLE.mul_f64(ledger.config().examples as f64);
         let asker = tokio::time::timeout(wait, decide)
             .await
             .ok()
