@@ -42,6 +42,7 @@
 
 pub mod accountant;
 pub mod allocator;
+mod analysis_shards;
 mod archive;
 mod background;
 mod book;
