@@ -159,4 +159,24 @@ mod tests {
         let e = combine_logs("r", &parts, &[2, 3], vec![log(&[]), other]).unwrap_err();
         assert!(e.to_string().contains("other steps"), "{e}");
     }
+
+    #[test]
+    fn shard_views_add_up_and_must_agree() {
+        let parts = [part(0), part(2)];
+        let view = |examples: u64, steps: u64, sigma: f64| {
+            let config = crate::ledger::DatasetConfig::poisson(examples, 1.0, sigma, 0.5, 1e-5);
+            RunView {
+                grid: config.grid().unwrap(),
+                config,
+                steps,
+            }
+        };
+        let got = combine_views("r", &parts, vec![view(2, 4, 1.0), view(3, 4, 1.0)]).unwrap();
+        assert_eq!((got.config.examples, got.steps), (5, 4));
+        assert_eq!(got.config, view(5, 4, 1.0).config);
+        let e = combine_views("r", &parts, vec![view(2, 4, 1.0), view(3, 5, 1.0)]).unwrap_err();
+        assert!(matches!(e, EngineError::Unavailable(_)), "{e}");
+        let e = combine_views("r", &parts, vec![view(2, 4, 1.0), view(3, 4, 2.0)]).unwrap_err();
+        assert!(matches!(e, EngineError::Conflict { .. }), "{e}");
+    }
 }

@@ -21,6 +21,10 @@
 //! nothing depends on which node owns a run, or on a lease moving meanwhile.
 //! The caller's rights are checked per run by the HTTP layer, from the token,
 //! identically on every node.
+//!
+//! A run that is a sharded dataset (issue 26) is read from its shards and
+//! their logs, concatenated in id order (`analysis_shards.rs`): the analysis
+//! itself runs once over all examples, so it is the unsharded one.
 
 use super::analysis_shards::{combine_logs, combine_views};
 use super::bounds::blocking;
@@ -72,6 +76,7 @@ struct Run {
 }
 
 /// What a run's ledger says, read under its read lock.
+#[derive(Debug)]
 pub(super) struct RunView {
     pub(super) config: DatasetConfig,
     pub(super) grid: BucketGrid,
@@ -79,7 +84,7 @@ pub(super) struct RunView {
 }
 
 /// What the log says of one run, up to its ledger's step count.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) struct RunLog {
     /// `(q, sigma)` overrides of each step (`None`: the dataset's defaults).
     pub(super) steps: Vec<Option<(Option<f64>, Option<f64>)>>,
