@@ -23,10 +23,11 @@
 //! identically on every node.
 //!
 //! A run that is a sharded dataset (issue 26) is read from its shards and
-//! their logs, concatenated in id order (`analysis_shards.rs`): the analysis
+//! their logs, concatenated in id order (`data_dependent/shards.rs`): the analysis
 //! itself runs once over all examples, so it is the unsharded one.
 
-use super::analysis_shards::{combine_logs, combine_views};
+mod shards;
+
 use super::bounds::blocking;
 use super::error::{EngineError, EngineResult};
 use super::Dataset;
@@ -39,6 +40,7 @@ use crate::accounting::{validate, BucketGrid, Conversion};
 use crate::ledger::{DatasetConfig, Ledger, Sampling};
 use crate::store::codec::StepPayload;
 use crate::store::{RecordKind, StoreError, StoredRecord};
+use shards::{combine_logs, combine_views};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::RwLockReadGuard;

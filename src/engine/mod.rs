@@ -42,7 +42,6 @@
 
 pub mod accountant;
 pub mod allocator;
-mod analysis_shards;
 mod archive;
 mod background;
 mod book;

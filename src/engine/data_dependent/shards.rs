@@ -8,10 +8,10 @@
 //! run, so its answer is the unsharded answer by construction, whatever the
 //! runs' layouts (sharded or not, any number of shards).
 
-use super::data_dependent::{RunLog, RunView};
-use super::error::{EngineError, EngineResult};
-use super::Engine;
+use super::{RunLog, RunView};
 use crate::accounting::data_dependent::DataDependentError;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::Engine;
 
 /// One dataset a run is read from: the run itself, or one of its shards.
 #[derive(Debug, Clone, PartialEq)]
