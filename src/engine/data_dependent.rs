@@ -21,6 +21,12 @@
 //! nothing depends on which node owns a run, or on a lease moving meanwhile.
 //! The caller's rights are checked per run by the HTTP layer, from the token,
 //! identically on every node.
+//!
+//! A run that is a sharded dataset (issue 26) is read from its shards and
+//! their logs, concatenated in id order (`data_dependent/shards.rs`): the analysis
+//! itself runs once over all examples, so it is the unsharded one.
+
+mod shards;
 
 use super::bounds::blocking;
 use super::error::{EngineError, EngineResult};
@@ -34,6 +40,7 @@ use crate::accounting::{validate, BucketGrid, Conversion};
 use crate::ledger::{DatasetConfig, Ledger, Sampling};
 use crate::store::codec::StepPayload;
 use crate::store::{RecordKind, StoreError, StoredRecord};
+use shards::{combine_logs, combine_views};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::RwLockReadGuard;
@@ -71,21 +78,22 @@ struct Run {
 }
 
 /// What a run's ledger says, read under its read lock.
-struct RunView {
-    config: DatasetConfig,
-    grid: BucketGrid,
-    steps: u64,
+#[derive(Debug)]
+pub(super) struct RunView {
+    pub(super) config: DatasetConfig,
+    pub(super) grid: BucketGrid,
+    pub(super) steps: u64,
 }
 
 /// What the log says of one run, up to its ledger's step count.
-#[derive(Default)]
-struct RunLog {
+#[derive(Debug, Default)]
+pub(super) struct RunLog {
     /// `(q, sigma)` overrides of each step (`None`: the dataset's defaults).
-    steps: Vec<Option<(Option<f64>, Option<f64>)>>,
+    pub(super) steps: Vec<Option<(Option<f64>, Option<f64>)>>,
     /// Checkpoint position -> level of every example (`u32::MAX`: not given).
-    checkpoints: BTreeMap<u64, Vec<u32>>,
+    pub(super) checkpoints: BTreeMap<u64, Vec<u32>>,
     /// The first bad norm met, if any.
-    bad_norm: Option<String>,
+    pub(super) bad_norm: Option<String>,
 }
 
 impl From<DataDependentError> for EngineError {
@@ -154,18 +162,39 @@ impl Engine {
             .acquire()
             .await
             .map_err(|_| EngineError::Internal("analysis queue closed".into()))?;
+        // Each run, sharded or not, is read from its parts (its shards, in id
+        // order, or itself): `runs[r][i]` is part `parts[r][i]` of run `r`.
+        let mut parts = Vec::with_capacity(request.runs.len());
         let mut runs = Vec::with_capacity(request.runs.len());
+        let mut part_views = Vec::with_capacity(request.runs.len());
         let mut views = Vec::with_capacity(request.runs.len());
         for id in &request.runs {
-            let run = self.run(id).await?;
-            let ledger = self.run_ledger(&run).await?;
-            views.push(RunView {
-                config: ledger.config().clone(),
-                grid: *ledger.grid(),
-                steps: ledger.next_step(),
-            });
-            drop(ledger);
-            runs.push(run);
+            let run_parts = self.run_parts(id).await?;
+            let mut opened = Vec::with_capacity(run_parts.len());
+            let mut seen = Vec::with_capacity(run_parts.len());
+            for part in &run_parts {
+                let run = self.run(&part.id).await?;
+                let ledger = self.run_ledger(&run).await?;
+                seen.push(RunView {
+                    config: ledger.config().clone(),
+                    grid: *ledger.grid(),
+                    steps: ledger.next_step(),
+                });
+                drop(ledger);
+                opened.push(run);
+            }
+            let own: Vec<RunView> = seen
+                .iter()
+                .map(|v| RunView {
+                    config: v.config.clone(),
+                    grid: v.grid,
+                    steps: v.steps,
+                })
+                .collect();
+            views.push(combine_views(id, &run_parts, own)?);
+            part_views.push(seen);
+            runs.push(opened);
+            parts.push(run_parts);
         }
         let delta = match request.delta {
             Some(d) => d,
@@ -192,7 +221,29 @@ impl Engine {
                 )));
             }
         }
-        let logs = self.run_logs(&request.runs, &views).await?;
+        let flat_ids: Vec<String> = parts.iter().flatten().map(|p| p.id.clone()).collect();
+        let flat_views: Vec<RunView> = part_views.into_iter().flatten().collect();
+        let mut flat_logs = self.run_logs(&flat_ids, &flat_views).await?.into_iter();
+        let mut logs = Vec::with_capacity(request.runs.len());
+        let mut ends = Vec::with_capacity(request.runs.len());
+        let mut k = 0;
+        for (id, run_parts) in request.runs.iter().zip(&parts) {
+            let n = run_parts.len();
+            let sizes: Vec<usize> = flat_views[k..k + n]
+                .iter()
+                .map(|v| v.config.examples as usize)
+                .collect();
+            let own: Vec<RunLog> = flat_logs.by_ref().take(n).collect();
+            ends.push(
+                run_parts
+                    .iter()
+                    .zip(&sizes)
+                    .map(|(p, &size)| p.start + size as u64)
+                    .collect::<Vec<u64>>(),
+            );
+            logs.push(combine_logs(id, run_parts, &sizes, own)?);
+            k += n;
+        }
         let run_set = run_set(&request.runs, &views, logs, request.example)?;
         let options = Options {
             orders: request.orders.clone().unwrap_or_else(ledger_orders),
@@ -207,25 +258,51 @@ impl Engine {
             .map_err(|_| EngineError::Internal("the analysis task failed".into()))??;
         analysis.datasets = request.runs.clone();
         // Seed-000 per-instance epsilons (min(RDP_i, PLD worst), as served).
+        // (A sharded run's: each shard's own, concatenated in id order; an
+        // example's from the shard holding it, as its example `x - start`.)
         let mut per_run = Vec::with_capacity(request.runs.len());
-        for ((id, view), run) in request.runs.iter().zip(&views).zip(&runs) {
-            let ds = &run.ds;
-            let ledger = self.run_ledger(run).await?;
-            if ledger.next_step() != view.steps {
-                return Err(EngineError::Unavailable(format!(
-                    "run {id:?} took a step during the analysis: retry"
-                )));
+        for ((((id, view), opened), run_parts), run_ends) in request
+            .runs
+            .iter()
+            .zip(&views)
+            .zip(&runs)
+            .zip(&parts)
+            .zip(&ends)
+        {
+            let mut epsilons = Vec::new();
+            for ((run, part), &end) in opened.iter().zip(run_parts).zip(run_ends) {
+                if request
+                    .example
+                    .is_some_and(|x| !(part.start..end).contains(&x))
+                {
+                    continue;
+                }
+                let ds = &run.ds;
+                let ledger = self.run_ledger(run).await?;
+                if ledger.next_step() != view.steps {
+                    return Err(EngineError::Unavailable(format!(
+                        "run {id:?} took a step during the analysis: retry"
+                    )));
+                }
+                match request.example {
+                    Some(x) => {
+                        let local = x - part.start;
+                        let (p, _) =
+                            ds.example_privacy(&ledger, local, delta, request.conversion)?;
+                        epsilons.push(p.epsilon);
+                    }
+                    None => {
+                        let worst = ds.worst_case_bounds(&ledger, delta, request.conversion)?;
+                        epsilons.extend(ds.bounded_epsilons(
+                            &ledger,
+                            &worst,
+                            delta,
+                            request.conversion,
+                        )?);
+                    }
+                }
             }
-            per_run.push(match request.example {
-                Some(x) => {
-                    let (p, _) = ds.example_privacy(&ledger, x, delta, request.conversion)?;
-                    vec![p.epsilon]
-                }
-                None => {
-                    let worst = ds.worst_case_bounds(&ledger, delta, request.conversion)?;
-                    ds.bounded_epsilons(&ledger, &worst, delta, request.conversion)?
-                }
-            });
+            per_run.push(epsilons);
         }
         drop(_permit);
         analysis.attach_per_instance(&per_run);
