@@ -34,6 +34,8 @@ fn any_node_analyses_runs_owned_by_any_nodes_as_one_node_would() {
         return;
     };
     let bound = Duration::from_secs(30);
+    // Placement spreads over the nodes it knows as active: all three first.
+    cluster.wait_active(3);
     for run in RUNS {
         cluster.create(0, run, N, Q);
     }
