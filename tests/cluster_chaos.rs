@@ -14,7 +14,6 @@ mod common;
 
 use cluster::*;
 use common::*;
-use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,40 +49,12 @@ fn random_faults_lose_nothing_and_double_nothing() {
             stream(urls, d, admin, trace, stop, acked)
         }));
     }
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(2323);
-    let ttl = Duration::from_millis(ttl_ms);
     let started = Instant::now();
-    let mut kinds = [0usize; 3];
-    for fault in 0..faults {
-        std::thread::sleep(Duration::from_millis(rng.random_range(200..800)));
-        let i = rng.random_range(0..cluster.nodes.len());
-        // The first three faults are one of each kind; then at random.
-        let kind = if fault < 3 {
-            fault
-        } else {
-            rng.random_range(0..3)
-        };
-        kinds[kind] += 1;
-        match kind {
-            0 => {
-                cluster.nodes[i].kill();
-                std::thread::sleep(Duration::from_millis(rng.random_range(0..ttl_ms)));
-                cluster.restart(i);
-            }
-            1 => {
-                cluster.nodes[i].pause();
-                std::thread::sleep(
-                    ttl + ttl / 2 + Duration::from_millis(rng.random_range(0..ttl_ms)),
-                );
-                cluster.nodes[i].resume();
-            }
-            _ => {
-                let drained = cluster.nodes[i].terminate(Duration::from_secs(30));
-                assert!(drained, "fault {fault}: node {i} did not drain on SIGTERM");
-                cluster.restart(i);
-            }
-        }
-    }
+    let kinds = cluster.inject_faults(2323, faults, 200..800, |cluster, fault, i| {
+        let drained = cluster.nodes[i].terminate(Duration::from_secs(30));
+        assert!(drained, "fault {fault}: node {i} did not drain on SIGTERM");
+        cluster.restart(i);
+    });
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);
     let mut report = Vec::new();

@@ -22,7 +22,6 @@ mod common;
 
 use cluster::*;
 use common::*;
-use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -218,36 +217,10 @@ fn faults_under_a_sharded_dataset_lose_double_and_split_nothing() {
         std::thread::spawn(move || train(urls, "big", &token, &all, &stop))
     };
 
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(2626);
-    let ttl = Duration::from_millis(ttl_ms);
     let started = Instant::now();
-    let mut kinds = [0usize; 3];
-    for fault in 0..faults {
-        std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
-        let i = rng.random_range(0..cluster.nodes.len());
-        // The first three faults are one of each kind; then at random.
-        let kind = if fault < 3 {
-            fault
-        } else {
-            rng.random_range(0..3)
-        };
-        kinds[kind] += 1;
-        match kind {
-            0 => {
-                cluster.nodes[i].kill();
-                std::thread::sleep(Duration::from_millis(rng.random_range(0..ttl_ms)));
-                cluster.restart(i);
-            }
-            1 => {
-                cluster.nodes[i].pause();
-                std::thread::sleep(
-                    ttl + ttl / 2 + Duration::from_millis(rng.random_range(0..ttl_ms)),
-                );
-                cluster.nodes[i].resume();
-            }
-            _ => rolling_restart(&mut cluster),
-        }
-    }
+    let kinds = cluster.inject_faults(2626, faults, 300..900, |cluster, _, _| {
+        rolling_restart(cluster)
+    });
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::SeqCst);
     let seen = trainer.join().unwrap();

@@ -677,3 +677,51 @@ pub fn forwarded(url: &str, token: &str) -> f64 {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0)
 }
+
+impl Cluster {
+    /// The chaos loop's faults: `faults` of them, `gap_ms` apart (drawn), each
+    /// on a node drawn at random; the first three are one of each kind, then
+    /// at random: 0 SIGKILL and restart after up to a lease, 1 SIGSTOP past
+    /// the lease (1.5 to 2.5 leases) then SIGCONT, 2 `third(cluster, fault,
+    /// node)` (a drain or a rolling restart). Answers how many of each kind
+    /// ran. Seeded, so a failing run can be replayed.
+    pub fn inject_faults(
+        &mut self,
+        seed: u64,
+        faults: usize,
+        gap_ms: std::ops::Range<u64>,
+        mut third: impl FnMut(&mut Cluster, usize, usize),
+    ) -> [usize; 3] {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+        let ttl_ms = self.ttl_ms;
+        let ttl = Duration::from_millis(ttl_ms);
+        let mut kinds = [0usize; 3];
+        for fault in 0..faults {
+            std::thread::sleep(Duration::from_millis(rng.random_range(gap_ms.clone())));
+            let i = rng.random_range(0..self.nodes.len());
+            let kind = if fault < 3 {
+                fault
+            } else {
+                rng.random_range(0..3)
+            };
+            kinds[kind] += 1;
+            match kind {
+                0 => {
+                    self.nodes[i].kill();
+                    std::thread::sleep(Duration::from_millis(rng.random_range(0..ttl_ms)));
+                    self.restart(i);
+                }
+                1 => {
+                    self.nodes[i].pause();
+                    std::thread::sleep(
+                        ttl + ttl / 2 + Duration::from_millis(rng.random_range(0..ttl_ms)),
+                    );
+                    self.nodes[i].resume();
+                }
+                _ => third(self, fault, i),
+            }
+        }
+        kinds
+    }
+}
