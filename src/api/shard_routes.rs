@@ -274,10 +274,7 @@ async fn serve_inner(
         }
         (Method::POST, ["steps"]) => {
             claims.authorize(Access::Train(&d)).map_err(problem)?;
-            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
-                .await
-                .map_err(problem)?;
-            idempotency.key(b"").map_err(problem)?;
+            check_idempotency_header(&mut parts, &state).await?;
             let raw = RawBody::from_request(Request::from_parts(parts, body), &state)
                 .await
                 .map_err(problem)?;
@@ -310,10 +307,7 @@ async fn serve_inner(
         }
         (Method::POST, ["archive"]) => {
             claims.authorize(Access::Curate(&d)).map_err(problem)?;
-            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
-                .await
-                .map_err(problem)?;
-            idempotency.key(b"").map_err(problem)?;
+            check_idempotency_header(&mut parts, &state).await?;
             // Every shard, each by its owner; a shard's archive is idempotent
             // (an archived shard answers as archived), so a fan-out that
             // failed part-way is completed by the same request again. The
@@ -328,10 +322,7 @@ async fn serve_inner(
         (Method::POST, ["refresh"]) => {
             claims.authorize(Access::Train(&d)).map_err(problem)?;
             let key = parts.headers.get(super::idempotency::HEADER).cloned();
-            let idempotency = IdempotencyHeader::from_request_parts(&mut parts, &state)
-                .await
-                .map_err(problem)?;
-            idempotency.key(b"").map_err(problem)?;
+            check_idempotency_header(&mut parts, &state).await?;
             let raw = RawBody::from_request(Request::from_parts(parts, body), &state)
                 .await
                 .map_err(problem)?;
@@ -514,6 +505,19 @@ pub(super) fn refuse_shard_change(id: &str, request: &Request) -> Option<Respons
         ))
         .into_response(),
     )
+}
+
+/// A malformed `Idempotency-Key` is refused here as anywhere (each shard
+/// sees the key again where it is passed on, or recognises retries by content).
+async fn check_idempotency_header(
+    parts: &mut axum::http::request::Parts,
+    state: &Arc<AppState>,
+) -> Result<(), Response> {
+    let idempotency = IdempotencyHeader::from_request_parts(parts, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    idempotency.key(b"").map_err(IntoResponse::into_response)?;
+    Ok(())
 }
 
 /// `409 sharded-unsupported`: `what` is not (yet) exact across shards, so it

@@ -148,7 +148,9 @@ pub(super) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[idx].as_secs_f64() * 1e3
 }
 
-fn latencies(
+/// `total` requests over `threads` threads (request `i` of thread `k` is
+/// number `k * per + i`): their latencies, sorted, and the wall time.
+pub(super) fn latencies(
     threads: u32,
     total: u64,
     request: impl Fn(u64) -> anyhow::Result<()> + Sync,

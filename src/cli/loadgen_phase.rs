@@ -199,45 +199,21 @@ pub(super) fn run(cmd: &LoadgenCmd, dataset: &str) -> anyhow::Result<(serde_json
             None => Ok(admin.clone()),
         })
         .collect::<anyhow::Result<_>>()?;
-    let threads = cmd.concurrency.max(1) as u64;
-    let per = cmd.queries / threads;
-    let q_started = Instant::now();
-    let mut query_lat = std::thread::scope(|scope| -> anyhow::Result<Vec<Duration>> {
-        let handles: Vec<_> = (0..threads)
-            .map(|k| {
-                let (bearers, nodes) = (&bearers, &nodes);
-                scope.spawn(move || -> anyhow::Result<Vec<Duration>> {
-                    let client = agent();
-                    let mut out = Vec::with_capacity(per as usize);
-                    for i in k * per..(k + 1) * per {
-                        let url = format!(
-                            "{}/v1/datasets/{dataset}/examples/{}/privacy",
-                            nodes[i as usize % nodes.len()],
-                            queried(i, cmd.examples)
-                        );
-                        let t = Instant::now();
-                        client
-                            .get(&url)
-                            .set("Authorization", &bearers[i as usize])
-                            .call()
-                            .map_err(|e| anyhow::anyhow!("query {url}: {e}"))?;
-                        out.push(t.elapsed());
-                    }
-                    Ok(out)
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("query thread panicked"))??,
-            );
-        }
-        Ok(all)
+    let threads = cmd.concurrency.max(1);
+    let client = agent();
+    let (query_lat, query_seconds) = super::loadgen::latencies(threads, cmd.queries, |i| {
+        let url = format!(
+            "{}/v1/datasets/{dataset}/examples/{}/privacy",
+            nodes[i as usize % nodes.len()],
+            queried(i, cmd.examples)
+        );
+        client
+            .get(&url)
+            .set("Authorization", &bearers[i as usize])
+            .call()
+            .map_err(|e| anyhow::anyhow!("query {url}: {e}"))?;
+        Ok(())
     })?;
-    let query_seconds = q_started.elapsed().as_secs_f64();
-    query_lat.sort();
     let figures = json!({
         "dataset": dataset, "examples": cmd.examples, "nodes": nodes.len(), "split": cmd.split,
         "ingest": {"steps": cmd.steps, "first_step": cmd.first_step, "batch": cmd.batch,
