@@ -17,19 +17,14 @@ use std::process::Command;
 
 /// Body bytes node `url` sent to other nodes and read back from them.
 fn node_bytes(url: &str, token: &str) -> f64 {
-    let text = ureq::get(&format!("{url}/metrics"))
-        .set("Authorization", &format!("Bearer {token}"))
-        .call()
-        .expect("metrics")
-        .into_string()
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("dpledger_cluster_node_request_bytes_total")
-                || l.starts_with("dpledger_cluster_node_answer_bytes_total")
-        })
-        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-        .sum()
+    metric_total(
+        url,
+        token,
+        &[
+            "dpledger_cluster_node_request_bytes_total",
+            "dpledger_cluster_node_answer_bytes_total",
+        ],
+    )
 }
 
 #[test]

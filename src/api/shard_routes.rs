@@ -337,11 +337,11 @@ async fn serve_inner(
                 &crate::ledger::StepReport::new(0, request.ids, request.norms),
             )
             .map_err(|e| problem(e.into()))?;
-            let targets: Vec<usize> = (0..layout.ranges.len()).collect();
-            let requests = targets
+            let requests = split
+                .parts
                 .iter()
-                .map(|&s| {
-                    let part = &split.parts[s];
+                .enumerate()
+                .map(|(s, part)| {
                     let body = json!({"ids": part.ids, "norms": part.norms}).to_string();
                     (
                         s,
@@ -356,10 +356,9 @@ async fn serve_inner(
                 ..shards.clone()
             };
             let answers = keyed.send_all(requests).await?;
-            let outcomes = targets
+            let outcomes = answers
                 .iter()
-                .zip(&answers)
-                .map(|(&s, a)| parse::<RefreshOutcome>(a).map(|o| (s, o)))
+                .map(parse::<RefreshOutcome>)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| *e)?;
             let merged = split

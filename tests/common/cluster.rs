@@ -663,8 +663,9 @@ pub fn assert_matches_replay(
     }
 }
 
-/// `dpledger_cluster_forwarded_total` of node `url` (0 when never incremented).
-pub fn forwarded(url: &str, token: &str) -> f64 {
+/// The sum of node `url`'s samples of the metrics `names` on `/metrics` (0
+/// for a metric never incremented).
+pub fn metric_total(url: &str, token: &str, names: &[&str]) -> f64 {
     let text = ureq::get(&format!("{url}/metrics"))
         .set("Authorization", &format!("Bearer {token}"))
         .call()
@@ -672,10 +673,17 @@ pub fn forwarded(url: &str, token: &str) -> f64 {
         .into_string()
         .unwrap();
     text.lines()
-        .find(|l| l.starts_with("dpledger_cluster_forwarded_total"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
+        .filter(|l| {
+            let name = l.split(['{', ' ']).next().unwrap_or("");
+            names.contains(&name)
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `dpledger_cluster_forwarded_total` of node `url` (0 when never incremented).
+pub fn forwarded(url: &str, token: &str) -> f64 {
+    metric_total(url, token, &["dpledger_cluster_forwarded_total"])
 }
 
 impl Cluster {

@@ -120,37 +120,27 @@ impl SplitStep {
     /// The dataset's answer to a refresh split like a step (every shard gets
     /// its part, an empty one included, so that every shard's log has the
     /// same checkpoints, as it has the same steps) from its shards' answers
-    /// (`(shard, answer)`): each id's new threshold from its shard, in the
-    /// request's order; every retirement as the dataset's id; the step it
-    /// takes effect at, the latest any shard said (equal between steps).
+    /// (in shard order), merged by the split rule as a step's are: each id's
+    /// new threshold from its shard, in the request's order; every retirement
+    /// as the dataset's id; the step it takes effect at, the latest any shard
+    /// said (equal between steps).
     pub fn merge_refresh(
         &self,
         layout: &ShardLayout,
-        answers: &[(usize, RefreshOutcome)],
+        answers: &[RefreshOutcome],
     ) -> EngineResult<RefreshOutcome> {
-        let batch: usize = self.positions.iter().map(Vec::len).sum();
-        let mut thresholds = vec![0.0; batch];
-        let mut retired = Vec::new();
-        let mut effective_step = 0;
-        for (s, answer) in answers {
-            let positions = self.positions.get(*s).ok_or_else(|| {
-                EngineError::Internal(format!("a refresh answer from unknown shard {s}"))
-            })?;
-            if answer.thresholds.len() != positions.len() {
-                return Err(EngineError::Internal(format!(
-                    "shard {s} answered a refresh with {} thresholds for {} ids",
-                    answer.thresholds.len(),
-                    positions.len()
-                )));
-            }
-            for (&j, &t) in positions.iter().zip(&answer.thresholds) {
-                thresholds[j] = t;
-            }
-            let start = layout.ranges[*s].start;
-            retired.extend(answer.retired.iter().map(|&r| r + start));
-            effective_step = effective_step.max(answer.effective_step);
-        }
+        let per_shard: Vec<&[f64]> = answers.iter().map(|a| &a.thresholds[..]).collect();
+        let thresholds = rule::place(&self.positions, &per_shard).ok_or_else(|| {
+            EngineError::Internal(format!(
+                "{} refresh answers for {} shards, or a threshold per id of another part",
+                answers.len(),
+                self.positions.len()
+            ))
+        })?;
+        let own: Vec<&[u64]> = answers.iter().map(|a| &a.retired[..]).collect();
+        let mut retired = rule::dataset_ids(&layout.ranges, &own);
         retired.sort_unstable();
+        let effective_step = answers.iter().map(|a| a.effective_step).max().unwrap_or(0);
         Ok(RefreshOutcome {
             effective_step,
             thresholds,

@@ -187,10 +187,7 @@ impl ShardLayout {
 
     /// The shard holding example `id` (`None`: out of range).
     pub fn shard_of(&self, id: u64) -> Option<usize> {
-        if id >= self.examples {
-            return None;
-        }
-        Some(self.ranges.partition_point(|r| r.end <= id))
+        dpledger_shard_rule::shard_of(&self.ranges, id)
     }
 
     /// The name of shard `i`.
