@@ -200,13 +200,16 @@ fn dataset_of(path: &str) -> Option<&str> {
 }
 
 /// A sharded dataset's request: releases and budgets to `shard_release.rs`,
-/// the rest to `shard_routes.rs`.
+/// its release policy to `shard_policy.rs`, the rest to `shard_routes.rs`.
 async fn serve_sharded(
     state: Arc<AppState>,
     node: Arc<crate::engine::cluster::ClusterNode>,
     layout: Arc<crate::engine::cluster::ShardLayout>,
     request: Request,
 ) -> Response {
+    if super::shard_policy::is_policy_change(&layout.dataset, &request) {
+        return super::shard_policy::serve(state, node, layout, request).await;
+    }
     if super::shard_release::is_sharded_change(&layout.dataset, &request) {
         return super::shard_release::serve(state, node, layout, request).await;
     }

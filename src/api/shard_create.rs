@@ -12,8 +12,10 @@ use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
 use super::node_client::call;
 use super::problem::{ApiResult, Problem};
+use super::shard_policy::{check_policy, node_authorization};
 use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
+use crate::engine::cluster::shard_release::label_names;
 use crate::engine::cluster::{shard_id, shards_for, ClusterNode, LayoutRow, ShardLayout};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
@@ -52,18 +54,13 @@ async fn create_inner(
         &state,
     )
     .await?;
-    let body: CreateDataset = raw.json()?;
-    if body.release_budget.is_some() || body.release_policy.is_some() {
-        let field = if body.release_budget.is_some() {
-            "release_budget"
-        } else {
-            "release_policy"
-        };
+    let mut body: CreateDataset = raw.json()?;
+    if body.release_budget.is_some() {
         return Err(Problem::bad_request(
-            "releases of sharded datasets are not supported yet (they need statistics merged \
-             across shards): create it without a release budget or policy",
+            "a sharded dataset's release budget is set after its creation (PUT \
+             .../release-budget, charged to every shard alike): create it without one",
         )
-        .with_field(field));
+        .with_field("release_budget"));
     }
     if !crate::engine::valid_dataset_id(&body.id) {
         return Err(Problem::bad_request(
@@ -92,7 +89,17 @@ async fn create_inner(
             .check(n, &whole)
             .map_err(crate::engine::EngineError::from)?;
     }
-    let spec = serde_json::to_string(&json!({"config": body.config, "labels": body.labels}))
+    // The policy (validated as the shards will see it) is part of the
+    // layout, which every shard's creation must match: every shard's book
+    // holds it from its first record.
+    let mut spec = json!({"config": body.config, "labels": body.labels});
+    if let Some(policy) = &mut body.release_policy {
+        let names = label_names(&spec.to_string());
+        check_policy(policy, &names)?;
+        node_authorization(&state, &body.id)?;
+        spec["release_policy"] = json!(policy);
+    }
+    let spec = serde_json::to_string(&spec)
         .map_err(|e| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let row = LayoutRow {
         dataset: body.id.clone(),
@@ -118,7 +125,10 @@ async fn create_inner(
             let slice = &l[range.start.min(len) as usize..range.end.min(len) as usize];
             (!slice.is_empty()).then(|| slice.to_vec())
         });
-        let shard_body = json!({"id": shard_id(&layout.dataset, range.start), "config": config, "labels": labels});
+        let mut shard_body = json!({"id": shard_id(&layout.dataset, range.start), "config": config, "labels": labels});
+        if let Some(policy) = &body.release_policy {
+            shard_body["release_policy"] = json!(policy);
+        }
         let target = targets
             .get(s)
             .map_or(node.config.advertise.clone(), |t| t.advertise.clone());

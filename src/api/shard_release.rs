@@ -27,7 +27,7 @@ use crate::engine::cluster::shard_release::{
 };
 use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
-use crate::release::{BudgetRequest, BudgetStatus, ReleaseRequest};
+use crate::release::{BudgetRequest, BudgetStatus, ReleaseRequest, ReleaseTrigger};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -52,7 +52,7 @@ fn engine_problem(e: EngineError) -> Response {
 }
 
 /// A fresh change id (random, 128 bits).
-fn change_id() -> String {
+pub(super) fn change_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -117,6 +117,8 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
 fn validate_change(change: &mut ShardChange) -> Result<(), EngineError> {
     match change {
         ShardChange::Release(request) => request.validate().map_err(EngineError::from),
+        ShardChange::Policy(Some(policy)) => policy.validate().map_err(EngineError::from),
+        ShardChange::Policy(None) => Ok(()),
         ShardChange::Budget(rho) if rho.is_finite() && *rho >= 0.0 => Ok(()),
         ShardChange::Budget(rho) => {
             Err(EngineError::from(crate::accounting::InvalidArgument::new(
@@ -193,7 +195,7 @@ pub(super) async fn serve(
 
 /// Prepare `change` as `id` on every shard: each shard's [`Prepared`], or the
 /// answer to give (after every shard was asked to decide, i.e. abort).
-async fn prepare_all(
+pub(super) async fn prepare_all(
     shards: &Shards,
     id: &str,
     change: &ShardChange,
@@ -242,7 +244,7 @@ async fn prepare_all(
 
 /// Ask every shard's owner to decide `id` now (each asks PostgreSQL). An
 /// owner that does not hear it decides alone when its hold runs out.
-async fn decide_all(shards: &Shards, id: &str) {
+pub(super) async fn decide_all(shards: &Shards, id: &str) {
     let requests = (0..shards.layout.ranges.len())
         .map(|s| (s, Method::POST, format!("/{SEGMENT}/{id}/decide"), None))
         .collect();
@@ -254,7 +256,7 @@ async fn decide_all(shards: &Shards, id: &str) {
 }
 
 /// The answer a change with idempotency key `key` stored, if it was made.
-async fn stored_answer(
+pub(super) async fn stored_answer(
     shards: &Shards,
     key: &Option<IdempotencyKey>,
 ) -> Result<Option<Response>, Response> {
@@ -288,7 +290,7 @@ async fn stored_answer(
     Ok(Some(json_response(status, &value)))
 }
 
-fn apart(detail: String) -> Response {
+pub(super) fn apart(detail: String) -> Response {
     problem(Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "shards-apart",
@@ -299,7 +301,7 @@ fn apart(detail: String) -> Response {
 /// Commit the shards' records of change `id` (the same payload on each) and
 /// tell the owners; the answer to give, from `answer` when committed.
 #[allow(clippy::too_many_arguments)]
-async fn commit(
+pub(super) async fn commit(
     shards: &Shards,
     id: &str,
     kind: RecordKind,
@@ -370,29 +372,46 @@ async fn release(
     if let Some(done) = stored_answer(&shards, &key).await? {
         return Ok(done);
     }
+    release_across(&shards, &request, key, ReleaseTrigger::Request).await
+}
+
+/// Make `request` (validated, [`check_sharded_request`]) one release of every
+/// shard or of none, stored under `key` when given: prepare, merge, run the
+/// mechanism once, commit, decide. A curator's release (`trigger` request)
+/// and the policy's (`shard_policy.rs`) alike; the answer to give, or the
+/// refusal.
+pub(super) async fn release_across(
+    shards: &Shards,
+    request: &ReleaseRequest,
+    key: Option<IdempotencyKey>,
+    trigger: ReleaseTrigger,
+) -> Result<Response, Response> {
+    let names = label_names(&shards.layout.spec);
     let change = ShardChange::Release(request.clone());
     let mut last = Vec::new();
     for round in 0..ROUNDS {
         let id = change_id();
-        let prepared = prepare_all(&shards, &id, &change).await?;
+        let prepared = prepare_all(shards, &id, &change).await?;
         // The mechanism off the async threads (the merged cells are one
         // `u32` per example).
         let computed = {
             let (request, prepared, names) = (request.clone(), prepared.clone(), names.clone());
-            tokio::task::spawn_blocking(move || release_of_shards(&request, &prepared, &names))
+            tokio::task::spawn_blocking(move || {
+                release_of_shards(&request, &prepared, &names, trigger)
+            })
                 .await
                 .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))
         };
         let release = match computed {
             Ok(r) => r,
             Err(Apart::Steps(steps)) => {
-                decide_all(&shards, &id).await;
+                decide_all(shards, &id).await;
                 last = steps;
                 tokio::time::sleep(Duration::from_millis(10 * u64::from(round + 1))).await;
                 continue;
             }
             Err(Apart::Disagree(detail)) => {
-                decide_all(&shards, &id).await;
+                decide_all(shards, &id).await;
                 return Err(apart(format!(
                     "the shards cannot make one release: {detail}"
                 )));
@@ -408,7 +427,7 @@ async fn release(
         let outcome = ReleaseOutcome { release, budget };
         let answer = serde_json::to_value(&outcome).unwrap_or_default();
         return Ok(commit(
-            &shards,
+            shards,
             &id,
             RecordKind::Release,
             payload,

@@ -6,8 +6,8 @@
 //! `Authorization` (each owner authorises again, for the shard as its
 //! dataset), and merges the answers. Releases and release budgets are
 //! coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
-//! to). What cannot be answered exactly yet (labels after creation, release
-//! policies) is refused with
+//! to), release policies by `shard_policy.rs`. What cannot be answered
+//! exactly yet (labels after creation) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
@@ -455,7 +455,7 @@ async fn serve_inner(
         }
         // The release book is the same on every shard (every change is in
         // every shard's log): the first shard's answers.
-        (Method::GET, ["releases", ..] | ["release-budget"]) => {
+        (Method::GET, ["releases", ..] | ["release-budget"] | ["release-policy"]) => {
             claims.authorize(Access::View(&d)).map_err(problem)?;
             let query = parts
                 .uri
@@ -526,8 +526,8 @@ fn sharded_unsupported(what: String) -> Problem {
         StatusCode::CONFLICT,
         "sharded-unsupported",
         format!(
-            "{what} (labels after creation and release policies are not yet merged across \
-             shards; see docs/cluster.md)"
+            "{what} (labels after creation are not yet merged across shards; see \
+             docs/cluster.md)"
         ),
     )
 }

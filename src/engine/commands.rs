@@ -86,7 +86,10 @@ impl Engine {
         // A shard of a sharded dataset (cluster mode, `cluster/shards.rs`) is
         // created by the node coordinating its dataset's creation.
         match &self.cluster {
-            Some(node) if !valid_dataset_id(id) => node.check_shard_creation(id, &config).await?,
+            Some(node) if !valid_dataset_id(id) => {
+                node.check_shard_creation(id, &config, setup.release_policy.as_ref())
+                    .await?
+            },
             _ if !valid_dataset_id(id) => {
                 return Err(EngineError::BadRequest {
                     detail: "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)"

@@ -46,6 +46,11 @@ impl Engine {
     /// release if one is due, or defer it behind the one in flight (module
     /// note). Never fails or delays the step.
     pub(super) fn policy_release(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) {
+        // A shard's policy is its dataset's: run across shards by one
+        // coordinator (`cluster/shard_policy.rs`), never by a shard alone.
+        if self.shard_policy_step(ds, ledger) {
+            return;
+        }
         let Some(policy) = ds.book_read().policy.clone() else {
             return;
         };
@@ -153,6 +158,24 @@ impl Engine {
             .map(Some)
     }
 
+    /// Keep the outcome of a sharded dataset's policy release (made across
+    /// its shards by the api layer's coordinator) in the book of `shard`, its
+    /// first shard, served here, as an unsharded dataset keeps its own: a
+    /// refusal for the dataset's status, cleared by a published release
+    /// (`Ok(true)`; `Ok(false)`: skipped, nothing changes). Nothing is kept
+    /// when this node no longer serves the shard (logged instead).
+    pub fn note_shard_policy_outcome(&self, shard: &str, result: EngineResult<bool>) {
+        match self.datasets.get(shard).map(|d| d.clone()) {
+            Some(ds) => record(&ds, result),
+            None => {
+                if let Err(e) = result {
+                    tracing::warn!(dataset = shard, error = %e, "sharded policy release refused");
+                    metrics::counter!("dpledger_policy_releases_refused_total").increment(1);
+                }
+            }
+        }
+    }
+
     /// Wait (at most `limit`) until no policy release is in flight, so that a
     /// clean shutdown records those that were due. Returns how many datasets
     /// still had one after the limit.
@@ -195,10 +218,15 @@ fn validated(mut request: ReleaseRequest) -> EngineResult<ReleaseRequest> {
 /// (budget spent, say) is shown to curators in full and to viewers and owners
 /// as its public reason; a published release clears it.
 fn record_outcome(ds: &Dataset, result: EngineResult<Option<ReleaseOutcome>>) {
+    record(ds, result.map(|o| o.is_some()))
+}
+
+/// [`record_outcome`] of a release made (`true`), skipped or refused.
+fn record(ds: &Dataset, result: EngineResult<bool>) {
     let mut book = ds.book_write();
     match result {
-        Ok(None) => {}
-        Ok(Some(_)) => book.policy_error = None,
+        Ok(false) => {}
+        Ok(true) => book.policy_error = None,
         Err(e) => {
             let detail = e.to_string();
             tracing::warn!(dataset = ds.id, detail = detail, "policy release refused");

@@ -18,6 +18,7 @@
 
 mod leases;
 mod placement;
+pub mod shard_policy;
 pub mod shard_release;
 mod shard_split;
 mod shards;
@@ -84,6 +85,8 @@ pub struct ClusterNode {
     held: shard_release::Held,
     /// The connection of changes across shards (not the lease loop's).
     changes: ClusterDb,
+    /// What runs sharded policy releases (`shard_policy.rs`), set at start.
+    policy_hook: shard_policy::HookSlot,
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
@@ -149,6 +152,7 @@ impl ClusterNode {
             layouts: DashMap::new(),
             held: DashMap::new(),
             changes,
+            policy_hook: std::sync::OnceLock::new(),
         })
     }
 

@@ -36,7 +36,8 @@ use crate::engine::Engine;
 use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
 use crate::ledger::Ledger;
 use crate::release::{
-    BudgetStatus, QuantileMethod, Release, ReleaseRequest, ReleaseSummary, ReleaseTrigger,
+    BudgetStatus, QuantileMethod, Release, ReleasePolicy, ReleaseRequest, ReleaseSummary,
+    ReleaseTrigger,
 };
 /// What a commit across shards did, and a change's decision.
 pub use crate::store::cluster::{CrossCommit, Decision};
@@ -57,6 +58,8 @@ pub enum ShardChange {
     Release(ReleaseRequest),
     /// A new release budget (zCDP rho).
     Budget(f64),
+    /// A new release policy (validated), or none (`shard_policy.rs`).
+    Policy(Option<ReleasePolicy>),
 }
 
 /// What a shard's owner answers a prepare with.
@@ -162,11 +165,13 @@ pub fn label_names(spec: &str) -> Vec<String> {
 }
 
 /// The release the shards' prepared statistics make: checked to describe one
-/// step with one bound and one budget, merged exactly, the mechanism run once.
+/// step with one bound and one budget, merged exactly, the mechanism run once;
+/// `trigger` says who asked (a curator, or the dataset's policy).
 pub fn release_of_shards(
     request: &ReleaseRequest,
     prepared: &[Prepared],
     names: &[String],
+    trigger: ReleaseTrigger,
 ) -> Result<Release, Apart> {
     let first = prepared
         .first()
@@ -205,7 +210,7 @@ pub fn release_of_shards(
         id: first.budget.releases + 1,
         step: first.step,
         released_at: now_secs(),
-        trigger: ReleaseTrigger::Request,
+        trigger,
         request: request.clone(),
         delta,
         bound,
@@ -393,6 +398,7 @@ impl Engine {
         let epoch = ds.epoch.load(std::sync::atomic::Ordering::Acquire);
         let step = ledger.next_step();
         let release = match change {
+            ShardChange::Policy(_) => None,
             ShardChange::Budget(rho) => {
                 if *rho < budget.rho_spent {
                     return Err(EngineError::Conflict {
@@ -470,7 +476,7 @@ impl Engine {
                     apply_release(ledger, &mut book, release).map_err(EngineError::Internal)?;
                     metrics::counter!("dpledger_releases_total").increment(1);
                 }
-                RecordKind::BudgetChange => {
+                RecordKind::BudgetChange | RecordKind::ReleasePolicy => {
                     apply_setting(ledger, &mut book, rec.kind, &rec.payload)
                         .map_err(EngineError::Internal)?;
                 }

@@ -170,7 +170,8 @@ pub struct ShardLayout {
     pub examples: u64,
     /// The id range of each shard, in order.
     pub ranges: Vec<Range<u64>>,
-    /// The creation's canonical specification (`{"config", "labels"}`).
+    /// The creation's canonical specification (`{"config", "labels"}`, and
+    /// `"release_policy"` when the creation set one).
     pub spec: String,
 }
 
@@ -201,6 +202,16 @@ impl ShardLayout {
             .map_err(|e| EngineError::Internal(format!("a shard layout is unreadable: {e}")))?;
         serde_json::from_value(spec["config"].clone())
             .map_err(|e| EngineError::Internal(format!("a shard layout is unreadable: {e}")))
+    }
+
+    /// The release policy the creation set (as JSON), if any.
+    fn policy(&self) -> EngineResult<Option<serde_json::Value>> {
+        let spec: serde_json::Value = serde_json::from_str(&self.spec)
+            .map_err(|e| EngineError::Internal(format!("a shard layout is unreadable: {e}")))?;
+        Ok(spec
+            .get("release_policy")
+            .filter(|p| !p.is_null())
+            .cloned())
     }
 }
 
@@ -259,12 +270,14 @@ impl ClusterNode {
     }
 
     /// Checks the creation of shard `id` of a sharded dataset: its layout is
-    /// recorded, `id` starts one of its ranges, and `config` is the layout's
-    /// configuration with that range's number of examples.
+    /// recorded, `id` starts one of its ranges, `config` is the layout's
+    /// configuration with that range's number of examples, and `policy` the
+    /// layout's release policy (every shard's book holds the same one).
     pub(crate) async fn check_shard_creation(
         &self,
         id: &str,
         config: &DatasetConfig,
+        policy: Option<&crate::release::ReleasePolicy>,
     ) -> EngineResult<()> {
         let bad = |detail: String| EngineError::BadRequest {
             detail,
@@ -287,6 +300,11 @@ impl ClusterNode {
             return Err(EngineError::conflict(format!(
                 "shard {id:?} must have the configuration of {dataset:?} with {} examples",
                 expected.examples
+            )));
+        }
+        if layout.policy()? != policy.map(serde_json::to_value).transpose().ok().flatten() {
+            return Err(EngineError::conflict(format!(
+                "shard {id:?} must have the release policy of {dataset:?}"
             )));
         }
         Ok(())
