@@ -187,7 +187,10 @@ fn a_policy_on_four_shards_releases_as_one_ledgers_policy() {
     let (sharded, sharded_body) = releases(&url(1, "pol"), &curator);
     let steps: Vec<&Value> = sharded.iter().map(|r| &r["step"]).collect();
     assert_eq!(steps, [&json!(9), &json!(6), &json!(3)]);
-    assert!(sharded.iter().all(|r| r["trigger"] == "policy"), "{sharded:?}");
+    assert!(
+        sharded.iter().all(|r| r["trigger"] == "policy"),
+        "{sharded:?}"
+    );
     assert_eq!(plain, sharded, "the same releases, value for value");
     assert_eq!(plain_body["budget"], sharded_body["budget"]);
     assert_eq!(sharded_body["budget"]["releases"], 3);
@@ -201,8 +204,14 @@ fn a_policy_on_four_shards_releases_as_one_ledgers_policy() {
     assert_eq!(seen("pol"), seen("pol-plain"));
     for id in 0..N {
         let path = format!("/examples/{id}/privacy");
-        let a = get(&format!("{}{path}", url(id as usize, "pol-plain")), Some(&curator));
-        let b = get(&format!("{}{path}", url(id as usize + 1, "pol")), Some(&curator));
+        let a = get(
+            &format!("{}{path}", url(id as usize, "pol-plain")),
+            Some(&curator),
+        );
+        let b = get(
+            &format!("{}{path}", url(id as usize + 1, "pol")),
+            Some(&curator),
+        );
         assert_eq!(a.status, 200, "{:?}", a.body);
         assert_eq!(a.body, b.body, "example {id}");
     }
@@ -232,14 +241,26 @@ fn a_policy_on_four_shards_releases_as_one_ledgers_policy() {
     }
     let r = get(&format!("{}/release-policy", url(1, "pol")), Some(&curator));
     assert_eq!(r.body["policy"], set.body["policy"]);
-    assert_eq!(r.body["policy_error"], Value::Null, "a new policy clears it");
+    assert_eq!(
+        r.body["policy_error"],
+        Value::Null,
+        "a new policy clears it"
+    );
     // What cannot be merged across shards is refused; a trainer may not set it.
     let gd = json!({"policy": {"every_steps": 2, "request":
         {"quantiles": {"rho": 0.001, "levels": [0.5], "method": "gradient_descent"}}}});
-    let r = put(&format!("{}/release-policy", url(0, "pol")), Some(&curator), &gd);
+    let r = put(
+        &format!("{}/release-policy", url(0, "pol")),
+        Some(&curator),
+        &gd,
+    );
     assert_eq!(r.status, 409, "{:?}", r.body);
     assert_eq!(r.body["field"], "quantiles.method");
-    let r = put(&format!("{}/release-policy", url(0, "pol")), Some(&trainer), &every2);
+    let r = put(
+        &format!("{}/release-policy", url(0, "pol")),
+        Some(&trainer),
+        &every2,
+    );
     assert_eq!(r.status, 403, "{:?}", r.body);
     // Removed: later steps release nothing.
     let r = put(
@@ -286,7 +307,11 @@ fn due_releases_faster_than_releases_coalesce_and_charge_every_shard() {
     let curator = cluster.token_for("curator", &["fast"], None);
     let trainer = cluster.token_for("trainer", &["fast"], None);
     let url = |i: usize| format!("{}/v1/datasets/fast", cluster.nodes[i % 3].url);
-    let r = put(&format!("{}/release-budget", url(1)), Some(&curator), &json!({"rho": 1.0}));
+    let r = put(
+        &format!("{}/release-budget", url(1)),
+        Some(&curator),
+        &json!({"rho": 1.0}),
+    );
     assert_eq!(r.status, 200, "{:?}", r.body);
     let r = put(
         &format!("{}/release-policy", url(2)),

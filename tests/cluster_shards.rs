@@ -339,8 +339,9 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     assert_eq!(get(&format!("{shard}/0/privacy"), Some(&owner)).status, 403);
     // Not yet exact across shards: refused (after authorisation), never answered.
     let curator = cluster.token("curator", Some("s"), None);
-    // (Releases and budgets are: tests/cluster_shard_releases.rs.)
-    for (method, path) in [("PUT", "/release-policy"), ("PUT", "/labels")] {
+    // (Releases and budgets are: tests/cluster_shard_releases.rs; policies:
+    // tests/cluster_shard_policy.rs.)
+    for (method, path) in [("PUT", "/labels")] {
         let url = format!("{}/v1/datasets/s{path}", via(1));
         let r = match method {
             "GET" => get(&url, Some(&curator)),
@@ -359,7 +360,11 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     // Nor can a change reach one shard by its own id, on any node (it would
     // charge or change that shard alone): only reads and step parts pass.
     for node in 0..cluster.nodes.len() {
-        for (method, path) in [("POST", "/releases"), ("PUT", "/labels")] {
+        for (method, path) in [
+            ("POST", "/releases"),
+            ("PUT", "/labels"),
+            ("PUT", "/release-policy"),
+        ] {
             let url = format!("{}/v1/datasets/s~6{path}", via(node));
             let r = match method {
                 "PUT" => put(&url, Some(&curator), &json!({})),

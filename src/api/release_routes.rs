@@ -203,7 +203,8 @@ async fn get_policy(
 #[utoipa::path(put, path = "/v1/datasets/{dataset}/release-policy", tag = "releases", params(("dataset" = String, Path)),
     request_body = PolicyUpdate,
     responses((status = 200, body = PolicyView), (status = 400, body = Problem), (status = 401, body = Problem),
-               (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)),
+               (status = 403, body = Problem), (status = 404, body = Problem),
+               (status = 409, body = Problem, description = "The dataset is archived; or, sharded, the request has no statistics to merge across shards (gradient_descent quantiles, by_group without labels) or the nodes cannot mint their calls' credential (external identity provider)")),
     security(("bearer" = [])))]
 async fn set_policy(
     State(state): S,

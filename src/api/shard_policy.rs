@@ -298,8 +298,13 @@ async fn attempt(state: &Arc<AppState>, dataset: &str, deferred: bool) -> Engine
                 return Ok(done.status().is_success());
             }
         }
-        let answer = match release_across(&shards, &policy.request, key.clone(), ReleaseTrigger::Policy)
-            .await
+        let answer = match release_across(
+            &shards,
+            &policy.request,
+            key.clone(),
+            ReleaseTrigger::Policy,
+        )
+        .await
         {
             Ok(r) | Err(r) => r,
         };

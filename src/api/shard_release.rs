@@ -399,8 +399,8 @@ pub(super) async fn release_across(
             tokio::task::spawn_blocking(move || {
                 release_of_shards(&request, &prepared, &names, trigger)
             })
-                .await
-                .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))
+            .await
+            .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))
         };
         let release = match computed {
             Ok(r) => r,

@@ -89,7 +89,7 @@ impl Engine {
             Some(node) if !valid_dataset_id(id) => {
                 node.check_shard_creation(id, &config, setup.release_policy.as_ref())
                     .await?
-            },
+            }
             _ if !valid_dataset_id(id) => {
                 return Err(EngineError::BadRequest {
                     detail: "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)"

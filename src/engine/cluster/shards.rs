@@ -208,10 +208,7 @@ impl ShardLayout {
     fn policy(&self) -> EngineResult<Option<serde_json::Value>> {
         let spec: serde_json::Value = serde_json::from_str(&self.spec)
             .map_err(|e| EngineError::Internal(format!("a shard layout is unreadable: {e}")))?;
-        Ok(spec
-            .get("release_policy")
-            .filter(|p| !p.is_null())
-            .cloned())
+        Ok(spec.get("release_policy").filter(|p| !p.is_null()).cloned())
     }
 }
 
