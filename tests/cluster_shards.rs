@@ -341,22 +341,12 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     let curator = cluster.token("curator", Some("s"), None);
     // (Releases and budgets are: tests/cluster_shard_releases.rs; policies:
     // tests/cluster_shard_policy.rs.)
-    for (method, path) in [("PUT", "/labels")] {
-        let url = format!("{}/v1/datasets/s{path}", via(1));
-        let r = match method {
-            "GET" => get(&url, Some(&curator)),
-            "PUT" => put(&url, Some(&curator), &json!({})),
-            _ => post(&url, Some(&curator), &json!({})),
-        };
-        assert_eq!(r.status, 409, "{method} {path}: {:?}", r.body);
-        assert_eq!(r.body["type"], "urn:dpledger:problem:sharded-unsupported");
-        let r = match method {
-            "GET" => get(&url, Some(&stranger)),
-            "PUT" => put(&url, Some(&stranger), &json!({})),
-            _ => post(&url, Some(&stranger), &json!({})),
-        };
-        assert_eq!(r.status, 403, "{method} {path}: {:?}", r.body);
-    }
+    let url = format!("{}/v1/datasets/s/labels", via(1));
+    let r = put(&url, Some(&curator), &json!({}));
+    assert_eq!(r.status, 409, "PUT /labels: {:?}", r.body);
+    assert_eq!(r.body["type"], "urn:dpledger:problem:sharded-unsupported");
+    let r = put(&url, Some(&stranger), &json!({}));
+    assert_eq!(r.status, 403, "PUT /labels: {:?}", r.body);
     // Nor can a change reach one shard by its own id, on any node (it would
     // charge or change that shard alone): only reads and step parts pass.
     for node in 0..cluster.nodes.len() {
