@@ -228,17 +228,21 @@ impl ShardPolicyHook for Coordinator {
             slots.insert(dataset.to_string(), false);
         }
         let (inner, dataset) = (self.inner.clone(), dataset.to_string());
-        runtime.spawn(async move { inner.run(dataset).await });
+        runtime.spawn(inner.run(dataset));
     }
 }
 
 impl Inner {
     /// The release due, then each deferred one, until none is left.
-    async fn run(&self, dataset: String) {
-        let mut deferred = false;
+    async fn run(self: Arc<Self>, dataset: String) {
+        let mut slot = SlotGuard {
+            inner: self.clone(),
+            dataset: dataset.clone(),
+            armed: true,
+        };
         loop {
             if let Some(state) = self.state.upgrade() {
-                let outcome = attempt(&state, &dataset, deferred).await;
+                let outcome = attempt(&state, &dataset).await;
                 let shard = crate::engine::cluster::shard_id(&dataset, 0);
                 state.engine.note_shard_policy_outcome(&shard, outcome);
             }
@@ -246,20 +250,39 @@ impl Inner {
             match slots.get_mut(&dataset) {
                 Some(d) if *d => *d = false,
                 _ => {
+                    // Freed under the same lock that `due` takes, so that a
+                    // release falling due now starts a task of its own.
                     slots.remove(&dataset);
+                    slot.armed = false;
                     return;
                 }
             }
-            drop(slots);
-            deferred = true;
         }
+    }
+}
+
+/// Removes a dataset's entry of [`Inner::slots`] when its task ends other
+/// than by returning (a panic): later due steps then start releases again.
+struct SlotGuard {
+    inner: Arc<Inner>,
+    dataset: String,
+    armed: bool,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.remove(&self.dataset);
     }
 }
 
 /// One policy release of sharded dataset `dataset`: `Ok(true)` released,
 /// `Ok(false)` nothing to do (no policy any more; a deferred release with no
 /// step since the last policy release), or the refusal to record.
-async fn attempt(state: &Arc<AppState>, dataset: &str, deferred: bool) -> EngineResult<bool> {
+async fn attempt(state: &Arc<AppState>, dataset: &str) -> EngineResult<bool> {
     let node = state
         .engine
         .cluster()
@@ -273,11 +296,14 @@ async fn attempt(state: &Arc<AppState>, dataset: &str, deferred: bool) -> Engine
     let Some(policy) = state.engine.with_book(&first, |b| b.policy.clone())? else {
         return Ok(false);
     };
-    if deferred && state.engine.policy_released_at_now(&first).await? {
+    // A deferred release with no step since the last policy release has
+    // nothing new to describe; a due one finds none at its step (unless a
+    // former owner of the first shard released it while handing over).
+    if state.engine.policy_released_at_now(&first).await? {
         return Ok(false);
     }
-    let shards = Shards {
-        authorization: Some(node_authorization(state, dataset)?),
+    let mut shards = Shards {
+        authorization: None,
         state: state.clone(),
         node,
         layout,
@@ -293,6 +319,16 @@ async fn attempt(state: &Arc<AppState>, dataset: &str, deferred: bool) -> Engine
     });
     let mut pause = Duration::from_millis(100);
     for tried in 1..=TRIES {
+        // The coordinator is the first shard's owner: one that handed the
+        // shard over stops here, so that two nodes never run one dataset's
+        // policy releases side by side (the new owner releases at the next
+        // due step).
+        if !state.engine.serves(&first) {
+            return Ok(false);
+        }
+        // A fresh credential for every try: one outlives any single try's
+        // prepare and decide calls, however long the retries took before.
+        shards.authorization = Some(node_authorization(state, dataset)?);
         if tried > 1 {
             if let Ok(Some(done)) = stored_answer(&shards, &key).await {
                 return Ok(done.status().is_success());
