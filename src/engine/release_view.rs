@@ -153,7 +153,7 @@ impl Engine {
         request: ReleaseRequest,
         trigger: ReleaseTrigger,
     ) -> EngineResult<ReleaseOutcome> {
-        let (bound, epsilons) = self.view_pass(view).await?;
+        let (bound, epsilons) = self.view_pass(view, true).await?;
         let labels = view.labels.take().unwrap_or_default();
         let values = {
             let request = request.clone();
@@ -181,8 +181,17 @@ impl Engine {
     /// Step 2's pass, without the write lock: the worst case `B` at the view's
     /// step and every example's epsilon there, bounded by the PLD worst case.
     /// Also the statistics pass of a shard's prepare
-    /// (`cluster::shard_release`).
-    pub(super) async fn view_pass(&self, view: &mut OpenView) -> EngineResult<(f64, Vec<f64>)> {
+    /// (`cluster::shard_prepare`).
+    ///
+    /// `idle`: on a thread at idle priority, so that the node's steps come
+    /// first (an unsharded release); else on tokio's blocking pool at normal
+    /// priority (a shard's prepare, which other shards' owners wait for while
+    /// they hold their writes).
+    pub(super) async fn view_pass(
+        &self,
+        view: &mut OpenView,
+        idle: bool,
+    ) -> EngineResult<(f64, Vec<f64>)> {
         let ds = view.ds.clone();
         let pld = match view.pld_cached.take() {
             Some(cached) => cached,
@@ -203,7 +212,13 @@ impl Engine {
             examples: view.examples,
             pld_epsilon,
         };
-        let epsilons = background(move || pass.run()).await?;
+        let epsilons = if idle {
+            background(move || pass.run()).await?
+        } else {
+            tokio::task::spawn_blocking(move || pass.run())
+                .await
+                .map_err(|_| EngineError::Internal("a release's pass stopped".into()))??
+        };
         Ok((bound, epsilons))
     }
 

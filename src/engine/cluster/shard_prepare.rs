@@ -11,8 +11,11 @@
 //!    when the wait runs out, opens nothing and answers its step without
 //!    statistics: the coordinator asks again at another step.
 //! 2. **Pass** (no write lock): the worst case `B` at the view's step and
-//!    every example's epsilon there (`Engine::view_pass`), then the
-//!    statistics.
+//!    every example's epsilon there (`Engine::view_pass`: chunks under the
+//!    read lock between steps), then the statistics. At normal priority, not
+//!    at the unsharded release's idle priority: the other shards' owners may
+//!    already hold their writes for this change (step 3) while this pass
+//!    runs, so starving it would stall their steps.
 //! 3. **Lock** (write lock, kept until the change is decided): close the view
 //!    and check again against the ledger as it is now, where the charge will
 //!    land (the owner's epoch unchanged, no multi-part step incomplete, the
@@ -93,7 +96,7 @@ impl Engine {
             (self.open_shard_view(ds, &mut ledger, request)?, epoch)
         };
         // 2. Pass (steps flow meanwhile).
-        let (bound, epsilons) = self.view_pass(&mut view).await?;
+        let (bound, epsilons) = self.view_pass(&mut view, false).await?;
         let labels = view.take_labels().unwrap_or_default();
         let summary = {
             let request = request.clone();
