@@ -160,7 +160,7 @@ async fn set_policy(
         return Ok(done);
     }
     let id = change_id();
-    let prepared = prepare_all(&shards, &id, &ShardChange::Policy(policy.clone())).await?;
+    let prepared = prepare_all(&shards, &id, &ShardChange::Policy(policy.clone()), None).await?;
     let payload = serde_json::to_vec(&json!({ "policy": policy })).unwrap_or_default();
     let answer = serde_json::to_value(PolicyView {
         policy,

@@ -74,6 +74,7 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
         return problem(p);
     }
     let path = parts.uri.path().to_string();
+    let path_query = parts.uri.query().map(str::to_string);
     let segments: Vec<&str> = path.split('/').collect();
     let (id, action) = (segments[5].to_string(), segments[6]);
     match action {
@@ -92,9 +93,15 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
             if let Err(e) = validate_change(&mut change) {
                 return engine_problem(e);
             }
+            let at = match step_asked(path_query.as_deref()) {
+                Ok(at) => at,
+                Err(p) => return problem(p),
+            };
             let engine = state.engine.clone();
             let prepared = super::task::run_to_completion(async move {
-                engine.prepare_shard_change(&shard, &id, change, HOLD).await
+                engine
+                    .prepare_shard_change(&shard, &id, change, at, HOLD)
+                    .await
             })
             .await;
             match prepared {
@@ -111,6 +118,20 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
         },
         _ => problem(Problem::not_found("no such endpoint")),
     }
+}
+
+/// The step a prepare's release must describe: `?at=s`, or none.
+fn step_asked(query: Option<&str>) -> Result<Option<u64>, Problem> {
+    let Some(query) = query else { return Ok(None) };
+    for pair in query.split('&') {
+        if let Some(at) = pair.strip_prefix("at=") {
+            return at.parse().map(Some).map_err(|_| {
+                Problem::bad_request(format!("at must be a step number, not {at:?}"))
+                    .with_field("at")
+            });
+        }
+    }
+    Ok(None)
 }
 
 /// What a coordinator checks of a change, checked again by each owner.
@@ -199,14 +220,16 @@ pub(super) async fn prepare_all(
     shards: &Shards,
     id: &str,
     change: &ShardChange,
+    at: Option<u64>,
 ) -> Result<Vec<Prepared>, Response> {
     let body = serde_json::to_vec(change).unwrap_or_default();
+    let query = at.map(|s| format!("?at={s}")).unwrap_or_default();
     let requests = (0..shards.layout.ranges.len())
         .map(|s| {
             (
                 s,
                 Method::POST,
-                format!("/{SEGMENT}/{id}/prepare"),
+                format!("/{SEGMENT}/{id}/prepare{query}"),
                 Some(("application/json", body.clone())),
             )
         })
@@ -391,7 +414,11 @@ pub(super) async fn release_across(
     let mut last = Vec::new();
     for round in 0..ROUNDS {
         let id = change_id();
-        let prepared = prepare_all(shards, &id, &change).await?;
+        // After shards were found at different steps: the furthest any was
+        // at, which the others reach when the step's parts arrive (views
+        // cannot go back).
+        let at = last.iter().max().copied();
+        let prepared = prepare_all(shards, &id, &change, at).await?;
         // The mechanism off the async threads (the merged cells are one
         // `u32` per example).
         let computed = {
@@ -462,7 +489,7 @@ async fn set_budget(
         return Ok(done);
     }
     let id = change_id();
-    let prepared = prepare_all(&shards, &id, &ShardChange::Budget(rho)).await?;
+    let prepared = prepare_all(&shards, &id, &ShardChange::Budget(rho), None).await?;
     let before = prepared[0].budget;
     if prepared.iter().any(|p| p.budget != before) {
         decide_all(&shards, &id).await;

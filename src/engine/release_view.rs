@@ -153,32 +153,12 @@ impl Engine {
         request: ReleaseRequest,
         trigger: ReleaseTrigger,
     ) -> EngineResult<ReleaseOutcome> {
-        let ds = view.ds.clone();
-        let pld = match view.pld_cached.take() {
-            Some(cached) => cached,
-            None => {
-                let pld_events = view.pld_events.take();
-                blocking(|| ds.pld_worst_case_of(view.pld_at, || pld_events, view.delta))
-            }
-        };
-        let worst = combine_worst_case(view.rdp_worst.clone(), pld);
-        let bound = worst.epsilon;
-        check_bound(view.token.step(), bound, view.delta)?;
-        let pld_epsilon = worst.pld.map(|p| p.epsilon);
+        let (bound, epsilons) = self.view_pass(view, true).await?;
         let labels = view.labels.take().unwrap_or_default();
-        let pass = EpsilonPass {
-            ds: ds.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            queued: Default::default(),
-            token: view.token,
-            examples: view.examples,
-            pld_epsilon,
-        };
         let values = {
             let request = request.clone();
             let step = view.token.step();
             background(move || {
-                let epsilons = pass.run()?;
                 let mut rng = super::cluster::shard_release::release_rng(step);
                 Ok(compute(&mut rng, &request, &epsilons, bound, &labels))
             })
@@ -196,6 +176,50 @@ impl Engine {
             values,
         };
         self.commit_release(view, release).await
+    }
+
+    /// Step 2's pass, without the write lock: the worst case `B` at the view's
+    /// step and every example's epsilon there, bounded by the PLD worst case.
+    /// Also the statistics pass of a shard's prepare
+    /// (`cluster::shard_prepare`).
+    ///
+    /// `idle`: on a thread at idle priority, so that the node's steps come
+    /// first (an unsharded release); else on tokio's blocking pool at normal
+    /// priority (a shard's prepare, which other shards' owners wait for while
+    /// they hold their writes).
+    pub(super) async fn view_pass(
+        &self,
+        view: &mut OpenView,
+        idle: bool,
+    ) -> EngineResult<(f64, Vec<f64>)> {
+        let ds = view.ds.clone();
+        let pld = match view.pld_cached.take() {
+            Some(cached) => cached,
+            None => {
+                let pld_events = view.pld_events.take();
+                blocking(|| ds.pld_worst_case_of(view.pld_at, || pld_events, view.delta))
+            }
+        };
+        let worst = combine_worst_case(view.rdp_worst.clone(), pld);
+        let bound = worst.epsilon;
+        check_bound(view.token.step(), bound, view.delta)?;
+        let pld_epsilon = worst.pld.map(|p| p.epsilon);
+        let pass = EpsilonPass {
+            ds: ds.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            queued: Default::default(),
+            token: view.token,
+            examples: view.examples,
+            pld_epsilon,
+        };
+        let epsilons = if idle {
+            background(move || pass.run()).await?
+        } else {
+            tokio::task::spawn_blocking(move || pass.run())
+                .await
+                .map_err(|_| EngineError::Internal("a release's pass stopped".into()))??
+        };
+        Ok((bound, epsilons))
     }
 
     /// Step 3: close the view, check again against the ledger as it is now,
@@ -236,6 +260,30 @@ impl Engine {
     }
 }
 
+impl OpenView {
+    /// The step the view shows (the release describes it).
+    pub(super) fn step(&self) -> u64 {
+        self.token.step()
+    }
+
+    /// The delta of the view's epsilons.
+    pub(super) fn delta(&self) -> f64 {
+        self.delta
+    }
+
+    /// A by-group release's labels, as at the view's step (taken once).
+    pub(super) fn take_labels(&mut self) -> Option<Labels> {
+        self.labels.take()
+    }
+
+    /// Close the view under the write lock of its dataset's `ledger`, which
+    /// the caller holds; `false` when it was lost (the dataset was reloaded).
+    pub(super) fn close_locked(&mut self, ledger: &mut Ledger) -> bool {
+        let was_open = std::mem::replace(&mut self.open, false);
+        was_open && ledger.close_view(self.token)
+    }
+}
+
 /// Step 1: the checks, then the view, with the write lock held (the caller
 /// made [`Engine::locked_checks`]) and the release turn taken; `O(#orders)`.
 pub(super) fn open_view(
@@ -243,11 +291,40 @@ pub(super) fn open_view(
     ledger: &mut Ledger,
     request: &ReleaseRequest,
 ) -> EngineResult<OpenView> {
+    open_view_with(ds, ledger, request, true)
+}
+
+impl Engine {
+    /// [`open_view`] for a shard's part of a sharded release
+    /// (`cluster::shard_prepare`), where a by-group release is not refused
+    /// for want of labels: a shard of a labelled dataset may hold none of the
+    /// labelled examples (its part is then its unlabelled group), and the
+    /// coordinator checks the dataset's labels.
+    pub(super) fn open_shard_view(
+        &self,
+        ds: &Arc<Dataset>,
+        ledger: &mut Ledger,
+        request: &ReleaseRequest,
+    ) -> EngineResult<OpenView> {
+        open_view_with(ds, ledger, request, false)
+    }
+}
+
+/// [`open_view`], refusing a by-group release of a dataset without labels
+/// only when `labels_required`.
+fn open_view_with(
+    ds: &Arc<Dataset>,
+    ledger: &mut Ledger,
+    request: &ReleaseRequest,
+    labels_required: bool,
+) -> EngineResult<OpenView> {
     let rho = request.rho();
     let labels = {
         let book = ds.book_read();
         check_budget(ds, &book, rho)?;
-        check_labels(ds, &book, request.by_group)?;
+        if labels_required {
+            check_labels(ds, &book, request.by_group)?;
+        }
         request.by_group.then(|| book.labels.clone())
     };
     check_charge(ledger, rho)?;

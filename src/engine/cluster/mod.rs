@@ -13,12 +13,14 @@
 //! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
 //! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
 //! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
+//! | `shard_prepare.rs` | a shard's part of a sharded release: statistics from a view at one step, then the write lock |
 //! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 
 mod leases;
 mod placement;
 pub mod shard_policy;
+mod shard_prepare;
 pub mod shard_release;
 mod shard_split;
 mod shards;

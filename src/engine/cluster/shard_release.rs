@@ -3,12 +3,14 @@
 //! every shard or to none.
 //!
 //! 1. **Prepare** (each shard's owner, [`Engine::prepare_shard_change`]): a task
-//!    takes the shard's release turn and its ledger's write lock (the shard's
-//!    steps and other writes wait), checks the change against the shard as it
-//!    is (budget, pending parts, retirements), computes a release's sufficient
-//!    statistics ([`ReleaseSummary`]) and answers them with its epoch, step and
-//!    budget. It then holds the lock until the change is decided, at most
-//!    `wait`.
+//!    takes the shard's release turn; a release's sufficient statistics
+//!    ([`ReleaseSummary`]) are computed from a view of the ledger at one step
+//!    (the coordinator's `at`) while steps flow (`shard_prepare.rs`); then it
+//!    takes the ledger's write lock (the shard's steps and other writes wait),
+//!    checks the change against the shard as it is (budget, pending parts,
+//!    retirements) and answers with its epoch, the view's step, its budget and
+//!    the statistics. It then holds the lock until the change is decided, at
+//!    most `wait`.
 //! 2. **Commit** (the coordinating node, [`Engine::commit_across`]): the
 //!    mechanism runs once on the merged statistics
 //!    ([`release_of_shards`]), then one PostgreSQL transaction inserts the
@@ -27,13 +29,11 @@
 //! `abort` or the fence refused it).
 
 use super::ClusterNode;
-use crate::accounting::Conversion;
 use crate::engine::book::{apply_release, apply_setting, export_gauges};
 use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::releases::{check_bound, check_budget, check_charge, now_secs};
+use crate::engine::releases::now_secs;
 use crate::engine::Engine;
-use crate::ledger::bounds::{bounded_epsilon, combine_worst_case};
 use crate::ledger::Ledger;
 use crate::release::{
     BudgetStatus, QuantileMethod, Release, ReleasePolicy, ReleaseRequest, ReleaseSummary,
@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio::sync::RwLockWriteGuard;
 
 /// A change of a sharded dataset prepared on every shard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,6 +89,16 @@ pub struct PreparedRelease {
     pub summary: ReleaseSummary,
 }
 
+/// What a shard's prepare gives its holder.
+pub(super) enum Ready<'a> {
+    /// Prepared: the write lock, kept until the change is decided, and the
+    /// answer.
+    Held(RwLockWriteGuard<'a, Ledger>, Prepared),
+    /// Not prepared at the step asked (the shard is past it, or did not reach
+    /// it in time): its step, no statistics, nothing held.
+    Passed(Prepared),
+}
+
 /// Prepared changes this node's shards hold, by shard and change id: how to hand the
 /// holder the coordinator's request for the decision.
 pub(crate) type Held = DashMap<String, oneshot::Sender<oneshot::Sender<Decision>>>;
@@ -95,9 +106,6 @@ pub(crate) type Held = DashMap<String, oneshot::Sender<oneshot::Sender<Decision>
 /// Bound of each statement of a commit across shards or of a decision (on
 /// their own connection, `ClusterNode::changes`).
 pub(super) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a prepare waits for a multi-part step in progress to complete.
-const PENDING_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a prepare waits for its shard's release turn.
 const TURN_WAIT: Duration = Duration::from_secs(1);
@@ -187,11 +195,13 @@ pub fn release_of_shards(
     if !prepared.iter().all(same_budget) {
         return Err(Apart::Disagree("the shards' release budgets differ".into()));
     }
+    // A shard without statistics could not describe the step asked (it is
+    // past it, or did not reach it in time): ask again.
     let parts: Vec<&PreparedRelease> = prepared
         .iter()
         .map(|p| p.release.as_ref())
         .collect::<Option<_>>()
-        .ok_or_else(|| Apart::Disagree("a shard prepared no release".into()))?;
+        .ok_or_else(|| Apart::Steps(prepared.iter().map(|p| p.step).collect()))?;
     let (delta, bound) = (parts[0].delta, parts[0].bound);
     if parts
         .iter()
@@ -252,12 +262,16 @@ impl Engine {
     }
 
     /// Prepare change `id` on shard `shard` (served here) and hold its writes
-    /// until the change is decided, at most `wait` (module note, step 1).
+    /// until the change is decided, at most `wait` (module note, step 1). A
+    /// release describes step `at` (the shard's current step when `None`); a
+    /// shard that cannot describe it answers its step without statistics and
+    /// holds nothing.
     pub async fn prepare_shard_change(
         &self,
         shard: &str,
         id: &str,
         change: ShardChange,
+        at: Option<u64>,
         wait: Duration,
     ) -> EngineResult<Prepared> {
         let node = self.node()?;
@@ -281,7 +295,7 @@ impl Engine {
         let id = id.to_string();
         tokio::spawn(async move {
             engine
-                .hold(node, ds, id, change, ready_tx, decide_rx, wait)
+                .hold(node, ds, id, (change, at), ready_tx, decide_rx, wait)
                 .await;
         });
         ready_rx
@@ -296,7 +310,7 @@ impl Engine {
         node: Arc<ClusterNode>,
         ds: Arc<Dataset>,
         id: String,
-        change: ShardChange,
+        (change, at): (ShardChange, Option<u64>),
         ready: oneshot::Sender<EngineResult<Prepared>>,
         decide: oneshot::Receiver<oneshot::Sender<Decision>>,
         wait: Duration,
@@ -313,30 +327,28 @@ impl Engine {
             ))));
             return;
         };
-        // A multi-part step in progress: wait for it a little, as an
-        // unsharded release's commit does (the charge cannot land inside one).
-        let waited = std::time::Instant::now();
-        let mut ledger = loop {
-            let ledger = ds.ledger.write().await;
-            if ledger.check_release().is_err() && waited.elapsed() < PENDING_WAIT {
-                drop(ledger);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-            break ledger;
+        let prepared = match &change {
+            ShardChange::Release(request) => self.prepare_release(&ds, request, at).await,
+            _ => self.prepare_setting(&ds, &change).await,
         };
-        match self.prepare_locked(&ds, &mut ledger, &change).await {
-            Ok(p) => {
+        let mut ledger = match prepared {
+            Ok(Ready::Held(ledger, p)) => {
                 // A coordinator gone meanwhile changes nothing: the decision
                 // is still asked of PostgreSQL below.
                 let _ = ready.send(Ok(p));
+                ledger
+            }
+            Ok(Ready::Passed(p)) => {
+                node.held.remove(&key);
+                let _ = ready.send(Ok(p));
+                return;
             }
             Err(e) => {
                 node.held.remove(&key);
                 let _ = ready.send(Err(e));
                 return;
             }
-        }
+        };
         // The coordinator waits for the slowest shard's statistics pass
         // (about 0.2 s per 10^6 examples, shards of one dataset are near
         // equal in size), then commits: the hold grows with the shard so that
@@ -384,6 +396,19 @@ impl Engine {
         }
     }
 
+    /// Prepare a change that is not a release under the write lock, once no
+    /// multi-part step is incomplete (the change cannot land inside one).
+    async fn prepare_setting<'a>(
+        &self,
+        ds: &'a Arc<Dataset>,
+        change: &ShardChange,
+    ) -> EngineResult<Ready<'a>> {
+        let since = std::time::Instant::now();
+        let mut ledger = self.lock_when_ready(ds, None, since).await?;
+        let prepared = self.prepare_locked(ds, &mut ledger, change).await?;
+        Ok(Ready::Held(ledger, prepared))
+    }
+
     async fn prepare_locked(
         &self,
         ds: &Arc<Dataset>,
@@ -391,10 +416,7 @@ impl Engine {
         change: &ShardChange,
     ) -> EngineResult<Prepared> {
         self.locked_checks(ds, ledger).await?;
-        let (budget, labels) = {
-            let book = ds.book_read();
-            (book.budget, book.labels.clone())
-        };
+        let budget = ds.book_read().budget;
         let epoch = ds.epoch.load(std::sync::atomic::Ordering::Acquire);
         let step = ledger.next_step();
         let release = match change {
@@ -411,32 +433,11 @@ impl Engine {
                 }
                 None
             }
-            ShardChange::Release(request) => {
-                let rho = request.rho();
-                check_budget(ds, &ds.book_read(), rho)?;
-                check_charge(ledger, rho)?;
-                let delta = request.delta.unwrap_or(ledger.config().delta);
-                let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
-                let at = (ledger.next_step(), ledger.releases());
-                let pld = crate::engine::bounds::blocking(|| {
-                    ds.pld_worst_case_of(at, || ledger.pld_events(), delta)
-                });
-                let worst = combine_worst_case(rdp_worst, pld);
-                let bound = worst.epsilon;
-                check_bound(step, bound, delta)?;
-                let pld_epsilon = worst.pld.map(|p| p.epsilon);
-                let summary = crate::engine::bounds::blocking(|| {
-                    let mut eps = ledger.all_epsilons(delta, Conversion::default())?;
-                    for e in &mut eps {
-                        *e = bounded_epsilon(*e, pld_epsilon).0;
-                    }
-                    Ok::<_, EngineError>(ReleaseSummary::of(request, &eps, bound, &labels))
-                })?;
-                Some(PreparedRelease {
-                    delta,
-                    bound,
-                    summary,
-                })
+            // Prepared from a view (`shard_prepare.rs`), never here.
+            ShardChange::Release(_) => {
+                return Err(EngineError::Internal(
+                    "a release is prepared from a view".into(),
+                ))
             }
         };
         Ok(Prepared {
