@@ -23,6 +23,22 @@ pub const FORWARDED: &str = "x-dpledger-forwarded-by";
 /// call's method, path, body and time, which only the cluster's nodes can make
 /// (`engine::cluster::NodeMarks`).
 pub const NODE_MARK: &str = "x-dpledger-node-mark";
+/// Path segment of the cross-shard change protocol's calls.
+pub const SHARD_CHANGES: &str = "shard-changes";
+
+/// Whether `path` (its query ignored) is a call of the cross-shard change
+/// protocol to a shard, `/v1/datasets/{shard}/shard-changes/{id}/{action}`:
+/// the calls that carry a node mark.
+pub fn is_marked_path(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or("");
+    let segments: Vec<&str> = path.split('/').collect();
+    // ["", "v1", "datasets", shard, SHARD_CHANGES, id, action]
+    segments.len() == 7
+        && segments[1] == "v1"
+        && segments[2] == "datasets"
+        && segments[4] == SHARD_CHANGES
+}
+
 /// Bound on a forwarded request, body and answer included.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

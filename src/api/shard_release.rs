@@ -18,7 +18,7 @@
 use super::auth::{Access, Claims};
 use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::{NodeAnswer, NODE_MARK};
+use super::node_client::{is_marked_path, NodeAnswer, NODE_MARK, SHARD_CHANGES};
 use super::problem::Problem;
 use super::shard_routes::{json_response, Shards};
 use super::state::AppState;
@@ -42,7 +42,7 @@ const HOLD: Duration = Duration::from_secs(5);
 /// Rounds of prepares while the shards are found at different steps.
 const ROUNDS: u32 = 20;
 /// Path segment of the node-to-node calls.
-const SEGMENT: &str = "shard-changes";
+const SEGMENT: &str = SHARD_CHANGES;
 
 fn problem(p: Problem) -> Response {
     p.into_response()
@@ -57,20 +57,9 @@ fn change_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// Whether `path` is a node-to-node call of this protocol to a shard
-/// (`/v1/datasets/{shard}/shard-changes/{id}/{action}`).
-pub(super) fn is_owner_path(path: &str) -> bool {
-    let segments: Vec<&str> = path.split('?').next().unwrap_or("").split('/').collect();
-    // ["", "v1", "datasets", shard, SEGMENT, id, action]
-    segments.len() == 7
-        && segments[1] == "v1"
-        && segments[2] == "datasets"
-        && segments[4] == SEGMENT
-}
-
 /// Whether `request` is a node-to-node call of this protocol to a shard.
 pub(super) fn is_owner_call(request: &Request) -> bool {
-    request.method() == Method::POST && is_owner_path(request.uri().path())
+    request.method() == Method::POST && is_marked_path(request.uri().path())
 }
 
 /// The refusal of a protocol call without a valid node mark.

@@ -15,7 +15,7 @@ use super::auth::{Access, Claims};
 use super::dataset_routes::{DatasetView, RefreshRequest, ThresholdRange, Thresholds};
 use super::extract::{ApiQuery, Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::{call_keyed, call_marked, NodeAnswer};
+use super::node_client::{call_keyed, call_marked, is_marked_path, NodeAnswer};
 use super::problem::{OwnerRef, Problem};
 use super::shard_view::ShardView;
 use super::state::AppState;
@@ -74,7 +74,7 @@ impl Shards {
             .into_response());
         };
         let path = format!("/v1/datasets/{shard}{suffix}");
-        let sent = if super::shard_release::is_owner_path(&path) {
+        let sent = if is_marked_path(&path) {
             // The cross-shard change protocol: node-marked.
             call_marked(
                 &owner.advertise,
