@@ -255,28 +255,36 @@ fn a_prepared_change_without_a_commit_is_aborted_and_releases_the_shard() {
     let trainer = cluster.token_for("trainer", &["held"], None);
     let (owner, _) = cluster.wait_owner("held~0", None, Duration::from_secs(20));
     let node = cluster.nodes.iter().find(|n| n.id == owner).unwrap();
-    let prepare = format!(
-        "{}/v1/datasets/held~0/shard-changes/abc123/prepare",
-        node.url
-    );
-    let r = post(&prepare, Some(&curator), &json!({"budget": 0.5}));
+    // The protocol's calls by hand, with node marks made from the cluster's
+    // secret (as a node makes them; each mark is good once).
+    let sent = std::cell::Cell::new(0u64);
+    let marked = |path: &str, token: &str, body: &Value| {
+        sent.set(sent.get() + 1);
+        let at = dpledger::engine::cluster::unix_ms() + sent.get();
+        let mark = cluster.node_mark("n1", path, body, at);
+        post_marked(
+            &format!("{}{path}", node.url),
+            Some(token),
+            body,
+            Some(&mark),
+        )
+    };
+    let prepare = "/v1/datasets/held~0/shard-changes/abc123/prepare";
+    let r = marked(prepare, &curator, &json!({"budget": 0.5}));
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["budget"]["releases"], 0);
-    let again = post(&prepare, Some(&curator), &json!({"budget": 0.5}));
+    let again = marked(prepare, &curator, &json!({"budget": 0.5}));
     assert_eq!(
         again.status, 409,
         "one prepare per change id: {:?}",
         again.body
     );
-    let decide = format!(
-        "{}/v1/datasets/held~0/shard-changes/abc123/decide",
-        node.url
-    );
-    let d = post(&decide, Some(&curator), &json!({}));
+    let decide = "/v1/datasets/held~0/shard-changes/abc123/decide";
+    let d = marked(decide, &curator, &json!({}));
     assert_eq!(d.status, 200, "{:?}", d.body);
     assert_eq!(d.body["decision"], "aborted");
     // Decided once: asking again gives the same.
-    let d = post(&decide, Some(&curator), &json!({}));
+    let d = marked(decide, &curator, &json!({}));
     assert_eq!(d.body["decision"], "aborted");
     // Nothing was written, and the shard takes steps again.
     let step = json!({"step": 0, "ids": [0, 20, 40], "norms": [0.5, 0.5, 0.5]});
@@ -291,15 +299,21 @@ fn a_prepared_change_without_a_commit_is_aborted_and_releases_the_shard() {
         Some(&curator),
     );
     assert_eq!(budget.body["rho_budget"], Value::Null, "{:?}", budget.body);
-    // A trainer may not prepare changes.
-    let r = post(
-        &format!("{}/v1/datasets/held~0/shard-changes/x/prepare", node.url),
-        Some(&trainer),
+    // A trainer's token on a node's call is refused: the token is still
+    // authorised when one is sent.
+    let r = marked(
+        "/v1/datasets/held~0/shard-changes/x/prepare",
+        &trainer,
         &json!({"budget": 0.5}),
     );
     assert_eq!(r.status, 403, "{:?}", r.body);
-    // A hand-sent prepare is validated by the owner as the coordinator
-    // validates a release: a clear 4xx, never a computation on it.
+    assert_eq!(
+        r.body["type"], "urn:dpledger:problem:forbidden",
+        "{:?}",
+        r.body
+    );
+    // A prepare is validated by the owner as the coordinator validates a
+    // release: a clear 4xx, never a computation on it.
     for (body, field) in [
         (
             json!({"release": {"histogram": {"rho": 0.1, "bins": 0}}}),
@@ -307,9 +321,9 @@ fn a_prepared_change_without_a_commit_is_aborted_and_releases_the_shard() {
         ),
         (json!({"budget": -1.0}), "rho"),
     ] {
-        let r = post(
-            &format!("{}/v1/datasets/held~0/shard-changes/v/prepare", node.url),
-            Some(&curator),
+        let r = marked(
+            "/v1/datasets/held~0/shard-changes/v/prepare",
+            &curator,
             &body,
         );
         assert_eq!(r.status, 400, "{body}: {:?}", r.body);

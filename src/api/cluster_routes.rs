@@ -233,6 +233,10 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
             return too_large();
         };
+        // A name asked for moments ago and found absent exists from now on.
+        if let Some(id) = creation_id(&bytes) {
+            node.forget_absent(&id);
+        }
         if is_sharded_creation(&bytes, state.limits.max_shard_examples) {
             return super::shard_create::create(state.clone(), node, parts, bytes).await;
         }
@@ -252,13 +256,18 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         return serve_sharded(state.clone(), node, layout, request).await;
     }
     if super::shard_release::is_owner_call(&request) {
-        return super::shard_release::owner_call(state.clone(), id, request).await;
+        return super::shard_release::owner_call(state.clone(), node, id, request).await;
     }
     if let Some(refusal) = super::shard_routes::refuse_shard_change(&id, &request) {
         return refusal;
     }
     if state.engine.serves(&id) {
         return next.run(request).await;
+    }
+    // Found to exist nowhere moments ago: no reads of PostgreSQL before the
+    // handler authorises (the negative cache, `engine::cluster::unknown`).
+    if node.known_absent(&id) {
+        return absent(request, next, &id).await;
     }
     let lease = node.lease_of(&id).await;
     let Some(lease) = lease else {
@@ -267,7 +276,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
             Ok(Some(layout)) => {
                 return serve_sharded(state.clone(), node, layout, request).await;
             }
-            Ok(None) => {}
+            Ok(None) => node.remember_absent(&id),
             // Not knowing is not "no such dataset": retry once the store answers.
             Err(_) => {
                 return Problem::not_owner(
@@ -277,13 +286,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
                 .into_response();
             }
         }
-        // No lease: no such dataset anywhere. The handler authorises first
-        // (a caller without a role learns nothing), then its refusal becomes 404.
-        let response = next.run(request).await;
-        if response.status() == StatusCode::SERVICE_UNAVAILABLE && is_not_owner(&response) {
-            return Problem::not_found(format!("no dataset {id:?}")).into_response();
-        }
-        return response;
+        return absent(request, next, &id).await;
     };
     let owner = match (&lease.owner, &lease.advertise) {
         (Some(o), Some(a)) if lease.expires_in_ms > 0 && *o != node.config.node_id => {
@@ -327,6 +330,23 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
             }
         },
     }
+}
+
+/// A request for dataset `id`, which has no lease and no layout: no such
+/// dataset anywhere. The handler authorises first (a caller without a role
+/// learns nothing), then its refusal becomes 404.
+async fn absent(request: Request, next: Next, id: &str) -> Response {
+    let response = next.run(request).await;
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE && is_not_owner(&response) {
+        return Problem::not_found(format!("no dataset {id:?}")).into_response();
+    }
+    response
+}
+
+/// The dataset id a creation's body names, if it can be read.
+fn creation_id(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value.get("id")?.as_str().map(str::to_string)
 }
 
 /// Whether a creation's body asks for shards (`"shards"` present and not

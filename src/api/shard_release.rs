@@ -5,8 +5,9 @@
 //! The node that receives `POST /v1/datasets/{d}/releases` or `PUT
 //! /v1/datasets/{d}/release-budget` coordinates: it authorises (curator on
 //! `d`), sends a prepare to every shard's owner in parallel
-//! (`POST /v1/datasets/{shard}/shard-changes/{id}/prepare`, node to node, the
-//! caller's token: the owner authorises it for its shard), runs the mechanism
+//! (`POST /v1/datasets/{shard}/shard-changes/{id}/prepare`, node to node,
+//! node-marked with the cluster's key and carrying the caller's token: the
+//! owner checks the mark and authorises the token for its shard), runs the mechanism
 //! once on the merged statistics, commits one record per shard in one
 //! PostgreSQL transaction, then asks every owner to decide
 //! (`.../shard-changes/{id}/decide`), which each does from PostgreSQL, not
@@ -17,7 +18,7 @@
 use super::auth::{Access, Claims};
 use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::NodeAnswer;
+use super::node_client::{is_marked_path, NodeAnswer, NODE_MARK, SHARD_CHANGES};
 use super::problem::Problem;
 use super::shard_routes::{json_response, Shards};
 use super::state::AppState;
@@ -25,7 +26,7 @@ use crate::engine::cluster::shard_release::{
     check_sharded_request, label_names, release_of_shards, Apart, CrossCommit, Decision, Prepared,
     RecordKind, ShardChange,
 };
-use crate::engine::cluster::{ClusterNode, ShardLayout};
+use crate::engine::cluster::{ClusterNode, MarkRefusal, ShardLayout};
 use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
 use crate::release::{BudgetRequest, BudgetStatus, ReleaseRequest, ReleaseTrigger};
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -41,7 +42,7 @@ const HOLD: Duration = Duration::from_secs(5);
 /// Rounds of prepares while the shards are found at different steps.
 const ROUNDS: u32 = 20;
 /// Path segment of the node-to-node calls.
-const SEGMENT: &str = "shard-changes";
+const SEGMENT: &str = SHARD_CHANGES;
 
 fn problem(p: Problem) -> Response {
     p.into_response()
@@ -58,21 +59,77 @@ pub(super) fn change_id() -> String {
 
 /// Whether `request` is a node-to-node call of this protocol to a shard.
 pub(super) fn is_owner_call(request: &Request) -> bool {
-    let segments: Vec<&str> = request.uri().path().split('/').collect();
-    // ["", "v1", "datasets", shard, SEGMENT, id, action]
-    request.method() == Method::POST && segments.len() == 7 && segments[4] == SEGMENT
+    request.method() == Method::POST && is_marked_path(request.uri().path())
 }
 
-/// The owner's side: prepare or decide change `id` on shard `shard`.
-pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Request) -> Response {
+/// The refusal of a protocol call without a valid node mark.
+fn mark_refused(method: &Method, path: &str, why: &str) -> Response {
+    problem(Problem::new(
+        StatusCode::FORBIDDEN,
+        "node-mark",
+        format!(
+            "{method} {path} is a node-to-node call of the cross-shard change protocol, which \
+             only the cluster's nodes can make (they sign it with the cluster's key), and is \
+             refused: {why}. Send releases and release-budget changes to the sharded dataset \
+             (docs/cluster.md, \"Node-to-node authentication\")"
+        ),
+    ))
+}
+
+/// The owner's side: prepare or decide change `id` on shard `shard`. The call
+/// must carry a valid, fresh node mark (`node_client::sign_node_call`), and
+/// its `Authorization`, when it has one (the coordinator's caller's), must
+/// cover the shard as a curator; without one the mark alone is a node's own
+/// call.
+pub(super) async fn owner_call(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    shard: String,
+    request: Request,
+) -> Response {
     let (mut parts, body) = request.into_parts();
-    let claims = match Auth::from_request_parts(&mut parts, &state).await {
-        Ok(Auth(c)) => c,
-        Err(p) => return problem(p),
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+    let Some(mark) = parts
+        .headers
+        .get(NODE_MARK)
+        .map(|v| v.to_str().unwrap_or("").to_string())
+    else {
+        return mark_refused(&parts.method, parts.uri.path(), "it carries no node mark");
     };
-    if let Err(p) = claims.authorize(Access::Curate(&shard)) {
-        return problem(p);
+    let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
+        return problem(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            "the request body is too large (or could not be read)",
+        ));
+    };
+    match node
+        .marks()
+        .check(&mark, parts.method.as_str(), &target, &bytes)
+    {
+        Ok(_) => {}
+        Err(MarkRefusal::Busy) => {
+            return problem(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "node-mark",
+                MarkRefusal::Busy.to_string(),
+            ))
+        }
+        Err(why) => return mark_refused(&parts.method, parts.uri.path(), &why.to_string()),
     }
+    if parts.headers.contains_key(header::AUTHORIZATION) {
+        let claims = match Auth::from_request_parts(&mut parts, &state).await {
+            Ok(Auth(c)) => c,
+            Err(p) => return problem(p),
+        };
+        if let Err(p) = claims.authorize(Access::Curate(&shard)) {
+            return problem(p);
+        }
+    }
+    let body = axum::body::Body::from(bytes);
     let path = parts.uri.path().to_string();
     let path_query = parts.uri.query().map(str::to_string);
     let segments: Vec<&str> = path.split('/').collect();
@@ -87,9 +144,9 @@ pub(super) async fn owner_call(state: Arc<AppState>, shard: String, request: Req
                 Ok(c) => c,
                 Err(p) => return problem(p),
             };
-            // Validated again here: a curator can send this call by hand, and
-            // the owner must never compute on what the coordinator refuses
-            // (`bins: 0`, a budget that is not a finite rho >= 0).
+            // Validated again here: the owner must never compute on what the
+            // coordinator refuses (`bins: 0`, a budget that is not a finite
+            // rho >= 0), whichever node sent it.
             if let Err(e) = validate_change(&mut change) {
                 return engine_problem(e);
             }

@@ -15,11 +15,13 @@ use super::auth::{Access, Claims};
 use super::dataset_routes::{DatasetView, RefreshRequest, ThresholdRange, Thresholds};
 use super::extract::{ApiQuery, Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::{call_keyed, NodeAnswer};
+use super::node_client::{call_keyed, call_marked, is_marked_path, NodeAnswer};
 use super::problem::{OwnerRef, Problem};
 use super::shard_view::ShardView;
 use super::state::AppState;
-use crate::engine::cluster::{merge_status, split_range, split_step, ClusterNode, ShardLayout};
+use crate::engine::cluster::{
+    merge_status, split_range, split_step, ClusterNode, ShardLayout, SplitStep,
+};
 use crate::engine::payload_from_report;
 use crate::ledger::{LedgerStatus, RefreshOutcome, StepOutcome, WorstCaseBounds};
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -72,17 +74,30 @@ impl Shards {
             .into_response());
         };
         let path = format!("/v1/datasets/{shard}{suffix}");
-        call_keyed(
-            &owner.advertise,
-            &me.node_id,
-            method,
-            &path,
-            self.authorization.as_ref(),
-            self.idempotency_key.as_ref(),
-            body,
-        )
-        .await
-        .map_err(|e| {
+        let sent = if is_marked_path(&path) {
+            // The cross-shard change protocol: node-marked.
+            call_marked(
+                &owner.advertise,
+                &self.node,
+                method,
+                &path,
+                self.authorization.as_ref(),
+                body,
+            )
+            .await
+        } else {
+            call_keyed(
+                &owner.advertise,
+                &me.node_id,
+                method,
+                &path,
+                self.authorization.as_ref(),
+                self.idempotency_key.as_ref(),
+                body,
+            )
+            .await
+        };
+        sent.map_err(|e| {
             if e.is_connect() {
                 Problem::not_owner(
                     format!("shard {shard:?}'s owner could not be reached: retry"),
@@ -125,6 +140,7 @@ impl Shards {
     async fn send_step_parts(
         &self,
         requests: Vec<ShardRequest>,
+        split: &SplitStep,
     ) -> Result<Vec<NodeAnswer>, Response> {
         let mut answers = self.gather(requests).await;
         let Some(i) = first_failure(&answers) else {
@@ -145,15 +161,20 @@ impl Shards {
             .ok()
             .and_then(|v| v.get("detail").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_default();
+        let detail = split.dataset_detail(&self.layout, i, &detail);
+        let range = &self.layout.ranges[i];
         Err(Problem::new(
             StatusCode::CONFLICT,
             "partially-applied",
             format!(
-                "the step was applied in part: shard {:?} refused its part ({}: {detail}; ids \
-                 and positions there are the shard's own) while {} applied theirs; a retry of \
-                 the same report is answered as a duplicate by those, so correct what the \
-                 shard refused and send that shard's part, or see docs/cluster.md",
+                "the step was applied in part: shard {:?} (the dataset's ids {} to {}) refused \
+                 its part ({}: {detail}; ids and positions as the dataset's and the report's) \
+                 while {} applied theirs; a retry of the same report is answered as a \
+                 duplicate by those, so correct what the shard refused and send that shard's \
+                 part, or see docs/cluster.md",
                 self.layout.shard_dataset(i),
+                range.start,
+                range.end - 1,
                 refused.status.as_u16(),
                 applied.join(", ")
             ),
@@ -294,7 +315,7 @@ async fn serve_inner(
                     )
                 })
                 .collect();
-            let answers = shards.send_step_parts(requests).await?;
+            let answers = shards.send_step_parts(requests, &split).await?;
             let outcomes = answers
                 .iter()
                 .map(parse::<StepOutcome>)

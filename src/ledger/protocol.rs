@@ -110,8 +110,9 @@ pub struct StepOutcome {
     /// The part answered (absent for a whole step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<Part>,
-    /// True once the step has been applied; false for parts still waiting for
-    /// other parts.
+    /// True once the step has been applied (also in the answer to a retry of
+    /// any part of an applied step); false for parts still waiting for other
+    /// parts.
     pub complete: bool,
     /// New clipping thresholds `v_{b_i}` of the reported ids, in report order: the
     /// trainer must clip each example at this value from the next step on (0 for

@@ -22,8 +22,11 @@
 //!                                     -- sharded datasets (issue 26): the layout
 //! dpledger_decisions(id TEXT PRIMARY KEY, outcome TEXT, created TIMESTAMPTZ)
 //!                                     -- a change across shards: 'commit' or 'abort'
+//!                                     -- (rows older than DECISIONS_KEPT pruned)
+//! dpledger_node_secret(id SMALLINT PRIMARY KEY CHECK (id = 1), secret BYTEA)
+//!                                     -- the key of node marks, made by the first node
 //! ```
 
 pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};
-pub use super::pg::shard_commit::{CrossCommit, Decision};
+pub use super::pg::shard_commit::{CrossCommit, Decision, DECISIONS_KEPT};
 pub use super::pg::shards::{LayoutClaim, LayoutRow};

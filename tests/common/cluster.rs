@@ -733,3 +733,33 @@ impl Cluster {
         kinds
     }
 }
+
+impl Cluster {
+    /// The cluster's node secret, read from PostgreSQL as anyone with the
+    /// database can (the nodes make it at their first start).
+    pub fn node_secret(&self) -> Vec<u8> {
+        let url = self.schema.url.clone();
+        std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.query_one("SELECT secret FROM dpledger_node_secret WHERE id = 1", &[])
+                .unwrap()
+                .get(0)
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// A node mark of `POST path` with JSON `body` as node `node` made at
+    /// `at_ms` (Unix milliseconds) with the cluster's secret: what a node
+    /// would send (for tests of the protocol's calls by hand).
+    pub fn node_mark(&self, node: &str, path: &str, body: &Value, at_ms: u64) -> String {
+        let marks = dpledger::engine::cluster::NodeMarks::new(self.node_secret());
+        marks.mark_at(
+            node,
+            "POST",
+            path,
+            &serde_json::to_vec(body).unwrap(),
+            at_ms,
+        )
+    }
+}

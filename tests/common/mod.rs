@@ -251,6 +251,19 @@ pub fn send_keyed(method: &str, url: &str, token: &str, key: &str, body: &Value)
     finish(req.send_json(body.clone()))
 }
 
+/// `POST url` with a JSON body (`serde_json::to_vec`, the bytes a node mark
+/// covers) and an optional node mark (`x-dpledger-node-mark`).
+pub fn post_marked(url: &str, token: Option<&str>, body: &Value, mark: Option<&str>) -> Reply {
+    let mut req = agent().post(url).set("Content-Type", "application/json");
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    if let Some(m) = mark {
+        req = req.set("x-dpledger-node-mark", m);
+    }
+    finish(req.send_bytes(&serde_json::to_vec(body).unwrap()))
+}
+
 /// `POST url` with a raw body and content type.
 pub fn post_raw(url: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
     let mut req = agent().post(url).set("Content-Type", content_type);

@@ -64,12 +64,16 @@ def test_answers_merge_and_a_refusal_after_an_applied_part_is_partially_applied(
     def refusal(status):
         cls = ServerError if status >= 500 else Conflict
         return cls(status, Problem(type="urn:dpledger:problem:conflict", title="x",
-                                   status=status, detail="no"), "", "report_step")
+                                   status=status, detail="id 1 (ids[0]) is pending"),
+                   "", "report_step")
 
     ok = answer([1.0], [], False)
     with pytest.raises(Conflict) as e:
         combine(layout(), cut, 4, None, [ok, refusal(409), ok])
     assert e.value.type == PARTIALLY_APPLIED
+    # The shard's own id 1 at its position 0: the dataset's id 4 at position 2.
+    assert "'d~3' (the dataset's ids 3 to 5)" in e.value.detail
+    assert "id 4 (ids[2]) is pending" in e.value.detail
     with pytest.raises(ServerError):
         combine(layout(), cut, 4, None, [ok, refusal(409), refusal(503)])
 

@@ -193,12 +193,18 @@ pub(crate) fn combine(
                     title: "Conflict".into(),
                     status: 409,
                     detail: format!(
-                        "the step was applied in part: shard {refused:?} refused its part \
-                         ({}: {}; ids and positions there are the shard's own) while {} \
-                         applied theirs; a retry of the same report is answered as a \
-                         duplicate by those",
+                        "the step was applied in part: shard {refused:?} (the dataset's ids \
+                         {} to {}) refused its part ({}: {}; ids and positions as the \
+                         dataset's and the report's) while {} applied theirs; a retry of the \
+                         same report is answered as a duplicate by those",
+                        layout.ranges[first].start,
+                        layout.ranges[first].end.saturating_sub(1),
                         problem.status,
-                        problem.detail,
+                        shard_rule::dataset_detail(
+                            layout.ranges[first].start,
+                            split.positions.get(first).map_or(&[][..], |p| &p[..]),
+                            &problem.detail
+                        ),
                         applied.join(", ")
                     ),
                     field: problem.field,
@@ -349,7 +355,7 @@ mod tests {
                     kind: "urn:dpledger:problem:conflict".into(),
                     title: "x".into(),
                     status,
-                    detail: "no".into(),
+                    detail: "id 1 (ids[0]) is pending".into(),
                     field: None,
                     budget: None,
                     owner: None,
@@ -360,6 +366,13 @@ mod tests {
         let ok = || Ok(outcome(vec![1.0], vec![], false));
         let e = combine(&l, &s, &report, vec![ok(), refusal(409), ok()]).unwrap_err();
         assert_eq!(e.problem().unwrap().kind, PARTIALLY_APPLIED);
+        // The shard's own id 1 and position 0 as the dataset's id 4 at position 1.
+        let detail = &e.problem().unwrap().detail;
+        assert!(
+            detail.contains("\"d~3\" (the dataset's ids 3 to 5)"),
+            "{detail}"
+        );
+        assert!(detail.contains("id 4 (ids[1]) is pending"), "{detail}");
         // A retryable failure comes first: a retry of the whole completes it.
         let e = combine(&l, &s, &report, vec![ok(), refusal(409), refusal(503)]).unwrap_err();
         assert_eq!(e.status(), Some(503));

@@ -170,9 +170,68 @@ pub fn dataset_ids<V: AsRef<[u64]>>(ranges: &[Range<u64>], per_shard: &[V]) -> V
         .collect()
 }
 
+/// A shard's refusal `detail` of its part (its start `start`, its ids'
+/// positions in the report `positions`, from [`SplitIds`]) with the shard's
+/// own ids and positions put back as the dataset's and the report's: `id N`
+/// becomes `id N + start`, `ids[j]` becomes `ids[positions[j]]` (the ledger's
+/// messages name ids and positions so); the rest is kept as it is.
+pub fn dataset_detail(start: u64, positions: &[usize], detail: &str) -> String {
+    let digits = |t: &str| t.bytes().take_while(u8::is_ascii_digit).count();
+    let mut out = String::with_capacity(detail.len() + 16);
+    let mut rest = detail;
+    while let Some(c) = rest.chars().next() {
+        let boundary = out
+            .chars()
+            .last()
+            .is_none_or(|c| !c.is_alphanumeric() && c != '_');
+        if boundary && rest.starts_with("ids[") {
+            let n = digits(&rest[4..]);
+            let j = rest[4..4 + n].parse::<usize>().ok();
+            if let (Some(p), true) = (
+                j.and_then(|j| positions.get(j)),
+                rest[4 + n..].starts_with(']'),
+            ) {
+                out.push_str(&format!("ids[{p}]"));
+                rest = &rest[5 + n..];
+                continue;
+            }
+        }
+        if boundary && rest.starts_with("id ") {
+            let n = digits(&rest[3..]);
+            if let Ok(id) = rest[3..3 + n].parse::<u64>() {
+                out.push_str(&format!("id {}", id.saturating_add(start)));
+                rest = &rest[3 + n..];
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_names_the_datasets_ids_and_the_reports_positions() {
+        // Shard 1 of [0..5, 5..10] holds 7, 9, 5 of [7, 1, 9, 5] as its ids
+        // 2, 4, 0, at positions 0, 2, 3.
+        let split = split_ids(&[0..5, 5..10], &[7, 1, 9, 5], &[1.0; 4]).unwrap();
+        let detail = "id 4 is already in part 1 of this step; parts must be disjoint \
+                      (ids[1] and ids[2]); grid 3, valid 0, ids[9], id x";
+        assert_eq!(
+            dataset_detail(5, &split.positions[1], detail),
+            "id 9 is already in part 1 of this step; parts must be disjoint \
+             (ids[2] and ids[3]); grid 3, valid 0, ids[9], id x"
+        );
+        assert_eq!(
+            dataset_detail(0, &split.positions[0], "id 1: ids[0]"),
+            "id 1: ids[1]"
+        );
+        assert_eq!(dataset_detail(5, &[], "é id 0 ids[0"), "é id 5 ids[0");
+    }
 
     #[test]
     fn ids_go_to_their_range_as_own_ids_and_come_back_in_place() {

@@ -15,6 +15,10 @@
 //! 4. when draining, hands its datasets over one by one, and says when none is
 //!    left; when it holds more than its fair share while another node holds
 //!    less (a node joined), hands one over instead of taking any.
+//!
+//! Every `PRUNE_EVERY` (10 minutes) it also deletes decided cross-shard changes older
+//! than `DECISIONS_KEPT` (a day; the argument is at the constant), in the
+//! background on the changes' own connection, so that renewals never wait.
 
 use super::{ClusterNode, Share};
 use crate::engine::{Engine, SnapshotPolicy};
@@ -30,6 +34,38 @@ const TAKE_PER_ROUND: usize = 4;
 /// Margin after a lease's expiry before trying to take it: the database's
 /// test is strict (`expires_at < now()`), and the expiry read is a round old.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
+/// How often a node prunes old decisions of cross-shard changes.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+/// Rows deleted per statement (each bounded by the statement timeout).
+const PRUNE_BATCH: i64 = 10_000;
+
+impl ClusterNode {
+    /// Deletes decided cross-shard changes older than `DECISIONS_KEPT`, a
+    /// batch at a time, until fewer than a batch are left.
+    async fn prune_decisions(&self) {
+        use crate::store::cluster::DECISIONS_KEPT;
+        loop {
+            match self
+                .changes
+                .prune_decisions(DECISIONS_KEPT, PRUNE_BATCH)
+                .await
+            {
+                Ok(n) if n as i64 >= PRUNE_BATCH => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::info!(deleted = n, "pruned old decisions of cross-shard changes");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning old decisions of cross-shard changes failed");
+                    return;
+                }
+            }
+        }
+    }
+}
 
 impl ClusterNode {
     /// How long until the soonest expiry, within `round`, of a lease another
@@ -62,9 +98,15 @@ impl Engine {
         let round = node.config.lease_ttl / 4;
         let mut tick = tokio::time::interval(round);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pruned: Option<Instant> = None;
         loop {
             tick.tick().await;
             self.cluster_round(&node, snapshots).await;
+            if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+                pruned = Some(Instant::now());
+                let node = node.clone();
+                tokio::spawn(async move { node.prune_decisions().await });
+            }
             // A lease of another node that runs out before the next round (its
             // owner missed renewals: dead or frozen) is taken when it expires,
             // not up to a round later: detection costs the TTL, not TTL + TTL/4.

@@ -16,15 +16,20 @@
 //! | `shard_prepare.rs` | a shard's part of a sharded release: statistics from a view at one step, then the write lock |
 //! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
+//! | `node_mark.rs` | the node mark: an HMAC with the cluster's secret that only nodes can put on a node-to-node call |
+//! | `unknown.rs` | a short-lived negative cache of dataset names that exist nowhere |
 
 mod leases;
+mod node_mark;
 mod placement;
 pub mod shard_policy;
 mod shard_prepare;
 pub mod shard_release;
 mod shard_split;
 mod shards;
+mod unknown;
 
+pub use node_mark::{unix_ms, MarkRefusal, NodeMarks, MARK_WINDOW};
 pub use placement::{choose_node, Share};
 pub use shard_split::{merge_status, split_range, split_step, SplitStep};
 pub use shards::{
@@ -89,6 +94,10 @@ pub struct ClusterNode {
     changes: ClusterDb,
     /// What runs sharded policy releases (`shard_policy.rs`), set at start.
     policy_hook: shard_policy::HookSlot,
+    /// The cluster's key of node marks (never logged: `Debug` redacts it).
+    marks: NodeMarks,
+    /// Dataset names found to exist nowhere, lately (routing's negative cache).
+    unknown: unknown::UnknownIds,
 }
 
 /// Records replayed by a takeover's load from which the new owner writes a
@@ -125,6 +134,10 @@ impl ClusterNode {
         // Its own connection: a commit across shards or a decision that waits
         // for one must not hold up this node's lease renewals.
         let changes = ClusterDb::connect(store_url, shard_release::STATEMENT_TIMEOUT).await?;
+        // The cluster's secret: made by the first node, read by the others.
+        let mut fresh = [0u8; 32];
+        getrandom::fill(&mut fresh).map_err(|e| anyhow::anyhow!("no system randomness: {e}"))?;
+        let marks = NodeMarks::new(changes.node_secret(fresh).await?);
         let memory = NodeMemory {
             free: match (memory_free(), config.memory_bytes) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -155,6 +168,8 @@ impl ClusterNode {
             held: DashMap::new(),
             changes,
             policy_hook: std::sync::OnceLock::new(),
+            marks,
+            unknown: unknown::UnknownIds::default(),
         })
     }
 
@@ -163,6 +178,12 @@ impl ClusterNode {
     pub fn leases_valid(&self) -> bool {
         let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
         until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// The cluster's node marks: what this node puts on the node-to-node
+    /// calls it makes and checks on those it receives (`node_mark.rs`).
+    pub fn marks(&self) -> &NodeMarks {
+        &self.marks
     }
 
     /// Whether this node is handing its datasets over.
@@ -189,6 +210,7 @@ impl ClusterNode {
         if self.is_draining() || !self.leases_valid() {
             return Err(not_owner(id));
         }
+        self.forget_absent(id);
         self.adopting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -202,7 +224,12 @@ impl ClusterNode {
             .claim_new(id, &self.config.node_id, self.config.lease_ttl)
             .await
         {
-            Ok(Some(epoch)) => Ok((epoch, guard)),
+            Ok(Some(epoch)) => {
+                // Again: a request that read no lease just before the claim
+                // may have remembered the name since.
+                self.forget_absent(id);
+                Ok((epoch, guard))
+            }
             Ok(None) => Err(EngineError::conflict(format!(
                 "dataset {id:?} already exists"
             ))),
@@ -236,6 +263,7 @@ impl ClusterNode {
     }
 
     pub(super) fn remember_leases(&self, leases: Vec<LeaseRow>) {
+        self.unknown.forget_leased(&leases);
         *self.leases.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), leases);
     }
 

@@ -117,6 +117,15 @@ impl SplitStep {
 }
 
 impl SplitStep {
+    /// A shard's refusal `detail` of its part, with the shard's own ids and
+    /// positions put back as the dataset's and the report's
+    /// ([`rule::dataset_detail`]).
+    pub fn dataset_detail(&self, layout: &ShardLayout, s: usize, detail: &str) -> String {
+        let start = layout.ranges.get(s).map_or(0, |r| r.start);
+        let positions = self.positions.get(s).map_or(&[][..], |p| &p[..]);
+        rule::dataset_detail(start, positions, detail)
+    }
+
     /// The dataset's answer to a refresh split like a step (every shard gets
     /// its part, an empty one included, so that every shard's log has the
     /// same checkpoints, as it has the same steps) from its shards' answers
@@ -194,6 +203,17 @@ mod tests {
             ranges: shard_ranges(n, k),
             spec: "{}".into(),
         }
+    }
+
+    #[test]
+    fn a_shards_refusal_names_the_datasets_ids_and_positions() {
+        let layout = layout(10, 2); // 0..5, 5..10
+        let report = StepReport::new(3, vec![7, 1, 9, 5], vec![1.0; 4]);
+        let split = split_step(&layout, &report).unwrap();
+        assert_eq!(
+            split.dataset_detail(&layout, 1, "id 4 (ids[1]) is pending"),
+            "id 9 (ids[2]) is pending"
+        );
     }
 
     #[test]

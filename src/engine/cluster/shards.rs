@@ -240,11 +240,13 @@ impl ClusterNode {
         if self.is_draining() || !self.leases_valid() {
             return Err(super::not_owner(&row.dataset));
         }
+        self.forget_absent(&row.dataset);
         let claim = self
             .db
             .claim_layout(row)
             .await
             .map_err(EngineError::store)?;
+        self.forget_absent(&row.dataset);
         Ok(claim == LayoutClaim::Recorded)
     }
 

@@ -287,8 +287,13 @@ impl Ledger {
                 reason: "the step (or this part) was already applied with different content".into(),
             });
         }
+        // The step is applied now (it is behind the next step), whichever
+        // part completed it: a retry of an earlier part says so, so that a
+        // sharded dataset's merged answer (every shard complete) is true once
+        // every shard has the step, even when one shard's part was a retry.
         Ok(StepOutcome {
             duplicate: true,
+            complete: true,
             ..outcome.clone()
         })
     }

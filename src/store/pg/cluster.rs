@@ -49,6 +49,11 @@ const CLUSTER_SCHEMA_SQL: &str = "
         outcome TEXT NOT NULL,
         created TIMESTAMPTZ NOT NULL DEFAULT now()
     );
+    CREATE INDEX IF NOT EXISTS dpledger_decisions_created ON dpledger_decisions (created);
+    CREATE TABLE IF NOT EXISTS dpledger_node_secret (
+        id     SMALLINT PRIMARY KEY CHECK (id = 1),
+        secret BYTEA NOT NULL
+    );
     CREATE OR REPLACE FUNCTION dpledger_fence() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         current_epoch BIGINT;

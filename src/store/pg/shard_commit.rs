@@ -8,12 +8,30 @@
 //! conflict, so PostgreSQL lets exactly one of them land (an insert meeting the
 //! other's uncommitted row waits for its transaction to end). The table
 //! `dpledger_decisions(id, outcome, created)` is created with the cluster
-//! tables (`cluster.rs`). See
-//! `docs/cluster.md`, "Releases of a sharded dataset".
+//! tables (`cluster.rs`); decided rows are pruned after
+//! [`DECISIONS_KEPT`] ([`ClusterDb::prune_decisions`]). The cluster's node
+//! secret (`dpledger_node_secret`, the key of the node mark that the
+//! protocol's node-to-node calls carry) is read here too. See
+//! `docs/cluster.md`, "Releases of a sharded dataset" and "Node-to-node
+//! authentication".
 
 use super::cluster::{ClusterDb, FENCED_SQLSTATE};
 use crate::store::{record_checksum, IdempotencyKey, Record, StoreError};
+use std::time::Duration;
 use tokio_postgres::error::SqlState;
+
+/// How long a decided change's row is kept: far longer than anything that
+/// can still ask for its decision. An owner holds a prepared change at most
+/// 5 s plus 1 s per 10^6 examples of its shard (72 minutes for the largest
+/// ledger there is, 2^32 examples) and then decides it, retrying
+/// PostgreSQL until it answers or the shard is lost; a coordinator decides
+/// right after its commit; a node mark (which any replayed prepare or decide
+/// needs) is stale after 60 s. A day is 20 times the longest of them: a row pruned after it can never be asked for again, except by a
+/// process frozen for a day, whose lease and epoch are long gone (its writes
+/// are fenced, and a prepare it would answer is refused at commit).
+pub const DECISIONS_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// Bytes of the cluster's node secret.
+const SECRET_BYTES: usize = 32;
 
 /// What [`ClusterDb::commit_across`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +179,45 @@ impl ClusterDb {
                 } else {
                     Decision::Aborted
                 })
+            })
+        })
+        .await
+    }
+
+    /// Deletes decided changes older than `kept` (at most `batch` rows per
+    /// call, so that one call stays short); the number deleted.
+    pub async fn prune_decisions(&self, kept: Duration, batch: i64) -> Result<u64, StoreError> {
+        let secs = kept.as_secs_f64();
+        self.with_client("cannot prune dpledger_decisions", move |c| {
+            Box::pin(async move {
+                c.execute(
+                    "DELETE FROM dpledger_decisions WHERE id IN (SELECT id FROM \
+                     dpledger_decisions WHERE created < now() - make_interval(secs => $1) \
+                     ORDER BY created LIMIT $2)",
+                    &[&secs, &batch],
+                )
+                .await
+            })
+        })
+        .await
+    }
+
+    /// The cluster's node secret: made here (`fresh`, random) by the first
+    /// node to ask, the stored one for every other (`INSERT ... ON CONFLICT
+    /// DO NOTHING`, then read). Never logged.
+    pub async fn node_secret(&self, fresh: [u8; SECRET_BYTES]) -> Result<Vec<u8>, StoreError> {
+        self.with_client("cannot read the node secret", move |c| {
+            Box::pin(async move {
+                let fresh = fresh.to_vec();
+                c.execute(
+                    "INSERT INTO dpledger_node_secret (id, secret) VALUES (1, $1) \
+                     ON CONFLICT (id) DO NOTHING",
+                    &[&fresh],
+                )
+                .await?;
+                c.query_one("SELECT secret FROM dpledger_node_secret WHERE id = 1", &[])
+                    .await?
+                    .try_get(0)
             })
         })
         .await

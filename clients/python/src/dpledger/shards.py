@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .errors import ApiError, BadRequest, Conflict
 from .types import DatasetView, Part, Problem, StepOutcome
 
-__all__ = ["PARTIALLY_APPLIED", "ShardLayout", "SplitReport", "split", "merge", "combine"]
+__all__ = ["PARTIALLY_APPLIED", "ShardLayout", "SplitReport", "split", "merge", "combine",
+           "dataset_detail"]
 
 #: The problem type of a step applied by some shards and refused by another.
 PARTIALLY_APPLIED = "urn:dpledger:problem:partially-applied"
@@ -129,6 +131,22 @@ def merge(layout: ShardLayout, split_report: SplitReport, step: int, part: Optio
     )
 
 
+_OWN_ID = re.compile(r"(?<!\w)(?:ids\[(\d+)\]|id (\d+))")
+
+
+def dataset_detail(start: int, positions: Sequence[int], detail: str) -> str:
+    """A shard's refusal with its own ids and positions put back as the
+    dataset's and the report's (``id N`` -> ``id N + start``, ``ids[j]`` ->
+    ``ids[positions[j]]``), as the server's and the Rust client's rule
+    (``dpledger_shard_rule::dataset_detail``) do."""
+    def put_back(m: "re.Match[str]") -> str:
+        if m.group(1) is not None:
+            j = int(m.group(1))
+            return f"ids[{positions[j]}]" if j < len(positions) else m.group(0)
+        return f"id {int(m.group(2)) + start}"
+    return _OWN_ID.sub(put_back, detail)
+
+
 def combine(layout: ShardLayout, split_report: SplitReport, step: int, part: Optional[Part],
             results: Sequence[Any]) -> StepOutcome:
     """The answer for the whole report from each part's result (a
@@ -146,10 +164,13 @@ def combine(layout: ShardLayout, split_report: SplitReport, step: int, part: Opt
     error = results[first]
     applied = [layout.names[i] for i, r in enumerate(results) if not isinstance(r, BaseException)]
     if isinstance(error, ApiError) and error.status < 500 and applied:
-        detail = (f"the step was applied in part: shard {layout.names[first]!r} refused its part "
-                  f"({error.status}: {error.detail}; ids and positions there are the shard's "
-                  f"own) while {', '.join(applied)} applied theirs; a retry of the same report "
-                  f"is answered as a duplicate by those")
+        start, end = layout.starts[first], layout.ends[first]
+        own = dataset_detail(start, split_report.positions[first], error.detail or "")
+        detail = (f"the step was applied in part: shard {layout.names[first]!r} (the dataset's "
+                  f"ids {start} to {end - 1}) refused its part ({error.status}: {own}; ids and "
+                  f"positions as the dataset's and the report's) while {', '.join(applied)} "
+                  f"applied theirs; a retry of the same report is answered as a duplicate by "
+                  f"those")
         problem = Problem(type=PARTIALLY_APPLIED, title="Conflict", status=409, detail=detail,
                           field=error.field)
         conflict = Conflict(409, problem, detail, "report_step")
