@@ -12,7 +12,7 @@ use super::problem::{ApiResult, OwnerRef, Problem};
 use super::state::AppState;
 use crate::engine::cluster::memory_free;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, HeaderName, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -265,11 +265,29 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         return next.run(request).await;
     }
     // Found to exist nowhere moments ago: no reads of PostgreSQL before the
-    // handler authorises (the negative cache, `engine::cluster::unknown`).
+    // handler authorises (the negative cache, `engine::cluster::unknown`), for
+    // callers without valid credentials only. A caller who authenticates
+    // always gets a fresh read, so a dataset just created through another
+    // node is never answered 404 to its own trainer.
     if node.known_absent(&id) {
-        return absent(request, next, &id).await;
+        let (mut parts, body) = request.into_parts();
+        let authenticated = Auth::from_request_parts(&mut parts, &state).await.is_ok();
+        request = Request::from_parts(parts, body);
+        if !authenticated {
+            return absent(request, next, &id).await;
+        }
     }
-    let lease = node.lease_of(&id).await;
+    let lease = match node.lease_lookup_cached(&id).await {
+        Ok(lease) => lease,
+        // Not knowing is not "no such dataset": retry once the store answers.
+        Err(_) => {
+            return Problem::not_owner(
+                format!("the lease of {id:?} could not be read from the store now: retry"),
+                None,
+            )
+            .into_response();
+        }
+    };
     let Some(lease) = lease else {
         // No lease: a sharded dataset (its shards have the leases), or none.
         match node.layout_of(&id).await {

@@ -13,11 +13,12 @@
 //!   dataset at a time; releases falling due meanwhile coalesce into one
 //!   deferred release, as for an unsharded dataset (`engine::policy`). Its
 //!   outcome (a refusal, say budget spent) is kept in the first shard's book.
-//! * A policy release has no caller whose token could be passed on:
-//!   [`node_authorization`] is the one place that gives the node-to-node
-//!   calls their credential.
+//! * A policy release has no caller whose token could be passed on: its
+//!   node-to-node calls carry the node mark alone (`Shards::send` marks every
+//!   call of the protocol; `docs/cluster.md` "Node-to-node authentication"),
+//!   which each owner accepts as the node's own call.
 
-use super::auth::{claims_for, Access, Claims, Role};
+use super::auth::{Access, Claims};
 use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
 use super::problem::Problem;
@@ -33,7 +34,7 @@ use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{BudgetRefusal, EngineError, EngineResult, IdempotencyKey};
 use crate::release::{ReleasePolicy, ReleaseTrigger};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -43,8 +44,6 @@ use std::time::Duration;
 /// Tries of one policy release while the answer is retryable (another
 /// release holds a shard's turn, an owner is moving, the shards stay apart).
 const TRIES: u32 = 6;
-/// Lifetime of the credential of a policy release's node-to-node calls.
-const TOKEN_TTL_SECONDS: u64 = 300;
 
 /// Whether `request` (for sharded dataset `d`) sets its release policy.
 pub(super) fn is_policy_change(d: &str, request: &Request) -> bool {
@@ -61,37 +60,6 @@ pub(super) fn is_policy_change(d: &str, request: &Request) -> bool {
 pub(super) fn check_policy(policy: &mut ReleasePolicy, names: &[String]) -> EngineResult<()> {
     policy.validate()?;
     check_sharded_request(&policy.request, names)
-}
-
-/// The `Authorization` of a policy release's node-to-node calls (prepare,
-/// decide; each owner authorises it for its shard as it does a caller's): a
-/// curator token of `dataset` minted by this node with the cluster's shared
-/// HS256 secret, valid for five minutes. A node that verifies an external
-/// identity provider's tokens cannot mint one: the policy is then refused
-/// when it is set (and a release refused, recorded, should one be due).
-pub(super) fn node_authorization(state: &AppState, dataset: &str) -> EngineResult<HeaderValue> {
-    let node = state
-        .engine
-        .cluster()
-        .map_or("", |n| n.config.node_id.as_str());
-    let sub = format!("dpledger-node:{node}:release-policy");
-    let token = claims_for(
-        &sub,
-        Role::Curator,
-        Some(dataset.to_string()),
-        None,
-        TOKEN_TTL_SECONDS,
-    )
-    .and_then(|c| state.auth.mint(&c))
-    .map_err(|e| {
-        EngineError::conflict(format!(
-            "a sharded dataset's policy releases need a credential for the calls between \
-             nodes, which this node cannot make ({e}): release through POST .../releases \
-             instead"
-        ))
-    })?;
-    HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|e| EngineError::Internal(format!("a minted token is not a header: {e}")))
 }
 
 /// Answers `PUT /v1/datasets/{d}/release-policy` of a sharded dataset, run to
@@ -153,8 +121,6 @@ async fn set_policy(
     let mut policy = update.policy;
     if let Some(p) = &mut policy {
         check_policy(p, &label_names(&shards.layout.spec)).map_err(refuse)?;
-        // Fail closed now rather than at every due step.
-        node_authorization(&shards.state, &d).map_err(refuse)?;
     }
     if let Some(done) = stored_answer(&shards, &key).await? {
         return Ok(done);
@@ -302,7 +268,8 @@ async fn attempt(state: &Arc<AppState>, dataset: &str) -> EngineResult<bool> {
     if state.engine.policy_released_at_now(&first).await? {
         return Ok(false);
     }
-    let mut shards = Shards {
+    let shards = Shards {
+        // No caller: the node mark alone authorises the calls.
         authorization: None,
         state: state.clone(),
         node,
@@ -326,9 +293,6 @@ async fn attempt(state: &Arc<AppState>, dataset: &str) -> EngineResult<bool> {
         if !state.engine.serves(&first) {
             return Ok(false);
         }
-        // A fresh credential for every try: one outlives any single try's
-        // prepare and decide calls, however long the retries took before.
-        shards.authorization = Some(node_authorization(state, dataset)?);
         if tried > 1 {
             if let Ok(Some(done)) = stored_answer(&shards, &key).await {
                 return Ok(done.status().is_success());

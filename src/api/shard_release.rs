@@ -23,7 +23,7 @@ use super::problem::Problem;
 use super::shard_routes::{json_response, Shards};
 use super::state::AppState;
 use crate::engine::cluster::shard_release::{
-    check_sharded_request, label_names, release_of_shards, Apart, CrossCommit, Decision, Prepared,
+    check_sharded_request, label_names, new_change_id, release_of_shards, Apart, CrossCommit, Decision, Prepared,
     RecordKind, ShardChange,
 };
 use crate::engine::cluster::{ClusterNode, MarkRefusal, ShardLayout};
@@ -52,9 +52,10 @@ fn engine_problem(e: EngineError) -> Response {
     Problem::from(e).into_response()
 }
 
-/// A fresh change id (random, 128 bits).
+/// A fresh change id (its time and 80 random bits: a commit refuses a change
+/// too old to commit, see `new_change_id`).
 pub(super) fn change_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    new_change_id()
 }
 
 /// Whether `request` is a node-to-node call of this protocol to a shard.

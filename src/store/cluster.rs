@@ -28,5 +28,7 @@
 //! ```
 
 pub use super::pg::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};
-pub use super::pg::shard_commit::{CrossCommit, Decision, DECISIONS_KEPT};
+pub use super::pg::shard_commit::{
+    new_change_id, CrossCommit, Decision, CHANGE_COMMITS_WITHIN, DECISIONS_KEPT,
+};
 pub use super::pg::shards::{LayoutClaim, LayoutRow};

@@ -240,6 +240,12 @@ impl ClusterNode {
     /// The lease of `id` as last read (refreshed from the database when it is
     /// not known or expired), for routing.
     pub async fn lease_of(&self, id: &str) -> Option<LeaseRow> {
+        self.lease_lookup_cached(id).await.ok().flatten()
+    }
+
+    /// As [`ClusterNode::lease_of`], with a failed read of the database as
+    /// `Err` rather than as no lease.
+    pub async fn lease_lookup_cached(&self, id: &str) -> EngineResult<Option<LeaseRow>> {
         let cached = {
             let cache = self.leases.lock().unwrap_or_else(|e| e.into_inner());
             let age = cache.0.map(|at| at.elapsed().as_millis() as i64);
@@ -253,13 +259,20 @@ impl ClusterNode {
                 .as_deref()
                 .is_some_and(|o| o != self.config.node_id);
             if theirs && lease.expires_in_ms > age {
-                return Some(lease);
+                return Ok(Some(lease));
             }
         }
-        let fresh = self.db.leases().await.ok()?;
+        self.lease_lookup(id).await
+    }
+
+    /// Dataset `id`'s lease read from the database (as [`ClusterNode::lease_of`]
+    /// without the cache): `Err` when the read failed, which is not "no lease"
+    /// (routing's negative cache must not remember a name it could not read).
+    pub async fn lease_lookup(&self, id: &str) -> EngineResult<Option<LeaseRow>> {
+        let fresh = self.db.leases().await.map_err(EngineError::store)?;
         let found = fresh.iter().find(|l| l.dataset == id).cloned();
         self.remember_leases(fresh);
-        found
+        Ok(found)
     }
 
     pub(super) fn remember_leases(&self, leases: Vec<LeaseRow>) {

@@ -40,7 +40,7 @@ use crate::release::{
     ReleaseTrigger,
 };
 /// What a commit across shards did, and a change's decision.
-pub use crate::store::cluster::{CrossCommit, Decision};
+pub use crate::store::cluster::{new_change_id, CrossCommit, Decision};
 /// The kind of the records a change across shards writes.
 pub use crate::store::RecordKind;
 use crate::store::{IdempotencyKey, Record, StoredRecord};

@@ -26,10 +26,41 @@ use tokio_postgres::error::SqlState;
 /// ledger there is, 2^32 examples) and then decides it, retrying
 /// PostgreSQL until it answers or the shard is lost; a coordinator decides
 /// right after its commit; a node mark (which any replayed prepare or decide
-/// needs) is stale after 60 s. A day is 20 times the longest of them: a row pruned after it can never be asked for again, except by a
-/// process frozen for a day, whose lease and epoch are long gone (its writes
-/// are fenced, and a prepare it would answer is refused at commit).
+/// needs) is stale after 60 s. A day is 20 times the longest of them: a row
+/// pruned after it can never be asked for again, except by a process frozen
+/// for a day, whose lease and epoch are long gone (its writes are fenced).
+/// A coordinator frozen between prepare and commit cannot commit a change
+/// whose `abort` row was pruned: a commit is refused in its transaction once
+/// the change is older than [`CHANGE_COMMITS_WITHIN`] (half a day).
 pub const DECISIONS_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How old a change may be when it commits: half of [`DECISIONS_KEPT`]. A
+/// change's id carries the time it was made ([`new_change_id`]); a commit of
+/// an older one is refused in its transaction (as decided), so a coordinator
+/// frozen between its prepare and its commit can never commit a change whose
+/// `abort` row was pruned meanwhile.
+pub const CHANGE_COMMITS_WITHIN: Duration = Duration::from_secs(12 * 3600);
+/// Hex digits of a change id's time (milliseconds since 1970, 48 bits).
+const ID_TIME_DIGITS: usize = 12;
+
+/// A fresh change id: the time in milliseconds (12 hex digits) then 80
+/// random bits (20 hex digits), so that a commit can tell its age.
+pub fn new_change_id() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let random = rand::random::<u128>() & ((1u128 << 80) - 1);
+    format!("{:012x}{random:020x}", ms & ((1u64 << 48) - 1))
+}
+
+/// The time a change id was made ([`new_change_id`]), if it carries one.
+fn change_time_ms(id: &str) -> Option<i64> {
+    let digits = id.get(..ID_TIME_DIGITS)?;
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    i64::from_str_radix(digits, 16).ok()
+}
+
 /// Bytes of the cluster's node secret.
 const SECRET_BYTES: usize = 32;
 
@@ -86,6 +117,21 @@ impl ClusterDb {
                     }
                     None
                 };
+                // Too old to commit (or not made by `new_change_id`): its
+                // owners decided it long ago, and an `abort` row may be gone.
+                let now_ms: i64 = tx
+                    .query_one(
+                        "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                        &[],
+                    )
+                    .await?
+                    .try_get(0)?;
+                let fresh = change_time_ms(&id).is_some_and(|made| {
+                    now_ms.saturating_sub(made) < CHANGE_COMMITS_WITHIN.as_millis() as i64
+                });
+                if !fresh {
+                    return Ok(CrossCommit::Decided);
+                }
                 if let Err(e) = tx
                     .execute(
                         "INSERT INTO dpledger_decisions (id, outcome) VALUES ($1, 'commit')",
@@ -221,5 +267,25 @@ impl ClusterDb {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_id_carries_its_time() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let id = new_change_id();
+        assert_eq!(id.len(), 32);
+        let made = change_time_ms(&id).unwrap();
+        assert!((made - before).abs() < 60_000, "{made} vs {before}");
+        assert_ne!(new_change_id()[12..], id[12..]);
+        assert_eq!(change_time_ms("abc123"), None);
+        assert_eq!(change_time_ms(&"z".repeat(32)), None);
     }
 }
