@@ -231,11 +231,13 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     refused(json!({"id": "s", "config": c, "shards": 0}), "shards");
     refused(json!({"id": "s", "config": c, "shards": 257}), "shards");
     refused(json!({"id": "s", "config": c, "shards": 11}), "shards");
+    // (Shuffled sampling is sharded: tests/cluster_shard_labels.rs; only a
+    // shard's epoch_steps is refused on a creation.)
     let mut shuffled = c.clone();
-    shuffled["sampling"] = json!({"kind": "shuffle", "batch_size": 2});
+    shuffled["sampling"] = json!({"kind": "shuffle", "batch_size": 2, "epoch_steps": 5});
     refused(
         json!({"id": "s", "config": shuffled, "shards": 2}),
-        "shards",
+        "sampling.epoch_steps",
     );
     refused(
         json!({"id": "s", "config": c, "shards": 2, "release_budget": {"epsilon": 1.0, "delta": 1e-6}}),
@@ -339,8 +341,9 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     assert_eq!(get(&format!("{shard}/0/privacy"), Some(&owner)).status, 403);
     // Not yet exact across shards: refused (after authorisation), never answered.
     let curator = cluster.token("curator", Some("s"), None);
-    // (Releases and budgets are: tests/cluster_shard_releases.rs.)
-    for (method, path) in [("PUT", "/release-policy"), ("PUT", "/labels")] {
+    // (Releases and budgets are: tests/cluster_shard_releases.rs; labels:
+    // tests/cluster_shard_labels.rs.)
+    for (method, path) in [("PUT", "/release-policy")] {
         let url = format!("{}/v1/datasets/s{path}", via(1));
         let r = match method {
             "GET" => get(&url, Some(&curator)),

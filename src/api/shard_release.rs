@@ -21,9 +21,10 @@ use super::node_client::NodeAnswer;
 use super::problem::Problem;
 use super::shard_routes::{json_response, Shards};
 use super::state::AppState;
+use crate::engine::cluster::shard_labels::dataset_label_names;
 use crate::engine::cluster::shard_release::{
-    check_sharded_request, label_names, release_of_shards, Apart, CrossCommit, Decision, Prepared,
-    RecordKind, ShardChange,
+    check_interactive, check_sharded_request, release_of_shards, Apart, CrossCommit, Decision,
+    Prepared, RecordKind, ShardChange,
 };
 use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
@@ -43,16 +44,16 @@ const ROUNDS: u32 = 20;
 /// Path segment of the node-to-node calls.
 const SEGMENT: &str = "shard-changes";
 
-fn problem(p: Problem) -> Response {
+pub(super) fn problem(p: Problem) -> Response {
     p.into_response()
 }
 
-fn engine_problem(e: EngineError) -> Response {
+pub(super) fn engine_problem(e: EngineError) -> Response {
     Problem::from(e).into_response()
 }
 
 /// A fresh change id (random, 128 bits).
-fn change_id() -> String {
+pub(super) fn change_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -118,6 +119,7 @@ fn validate_change(change: &mut ShardChange) -> Result<(), EngineError> {
     match change {
         ShardChange::Release(request) => request.validate().map_err(EngineError::from),
         ShardChange::Budget(rho) if rho.is_finite() && *rho >= 0.0 => Ok(()),
+        ShardChange::Labels => Ok(()),
         ShardChange::Budget(rho) => {
             Err(EngineError::from(crate::accounting::InvalidArgument::new(
                 "rho",
@@ -139,7 +141,7 @@ pub(super) fn is_sharded_change(d: &str, request: &Request) -> bool {
     };
     matches!(
         (request.method(), rest),
-        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget")
+        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget" | "/labels")
     )
 }
 
@@ -171,12 +173,15 @@ pub(super) async fn serve(
         idempotency_key: None,
     };
     let budget = parts.method == Method::PUT;
+    let labels = parts.uri.path().ends_with("/labels");
     let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
         Ok(r) => r,
         Err(p) => return problem(p),
     };
     let task = tokio::spawn(async move {
-        if budget {
+        if labels {
+            super::shard_labels::set_labels(shards, claims, idempotency, raw).await
+        } else if budget {
             set_budget(shards, claims, idempotency, raw).await
         } else {
             release(shards, claims, idempotency, raw).await
@@ -193,7 +198,7 @@ pub(super) async fn serve(
 
 /// Prepare `change` as `id` on every shard: each shard's [`Prepared`], or the
 /// answer to give (after every shard was asked to decide, i.e. abort).
-async fn prepare_all(
+pub(super) async fn prepare_all(
     shards: &Shards,
     id: &str,
     change: &ShardChange,
@@ -242,7 +247,7 @@ async fn prepare_all(
 
 /// Ask every shard's owner to decide `id` now (each asks PostgreSQL). An
 /// owner that does not hear it decides alone when its hold runs out.
-async fn decide_all(shards: &Shards, id: &str) {
+pub(super) async fn decide_all(shards: &Shards, id: &str) {
     let requests = (0..shards.layout.ranges.len())
         .map(|s| (s, Method::POST, format!("/{SEGMENT}/{id}/decide"), None))
         .collect();
@@ -254,7 +259,7 @@ async fn decide_all(shards: &Shards, id: &str) {
 }
 
 /// The answer a change with idempotency key `key` stored, if it was made.
-async fn stored_answer(
+pub(super) async fn stored_answer(
     shards: &Shards,
     key: &Option<IdempotencyKey>,
 ) -> Result<Option<Response>, Response> {
@@ -288,7 +293,7 @@ async fn stored_answer(
     Ok(Some(json_response(status, &value)))
 }
 
-fn apart(detail: String) -> Response {
+pub(super) fn apart(detail: String) -> Response {
     problem(Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "shards-apart",
@@ -309,10 +314,27 @@ async fn commit(
     status: StatusCode,
     answer: serde_json::Value,
 ) -> Response {
+    let payloads = vec![payload; prepared.len()];
+    commit_each(shards, id, kind, payloads, prepared, key, status, answer).await
+}
+
+/// [`commit`] with each shard's own payload (`payloads[s]` for shard `s`).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn commit_each(
+    shards: &Shards,
+    id: &str,
+    kind: RecordKind,
+    payloads: Vec<Vec<u8>>,
+    prepared: &[Prepared],
+    key: Option<IdempotencyKey>,
+    status: StatusCode,
+    answer: serde_json::Value,
+) -> Response {
     let targets = prepared
         .iter()
+        .zip(payloads)
         .enumerate()
-        .map(|(s, p)| (shards.layout.shard_dataset(s), p.epoch))
+        .map(|(s, (p, payload))| (shards.layout.shard_dataset(s), p.epoch, payload))
         .collect();
     let d = shards.layout.dataset.clone();
     let answer_bytes = serde_json::to_vec(&answer).unwrap_or_default();
@@ -328,7 +350,7 @@ async fn commit(
     let committed = shards
         .state
         .engine
-        .commit_across(id, kind, payload, targets, stored_key)
+        .commit_each_across(id, kind, targets, stored_key)
         .await;
     decide_all(shards, id).await;
     match committed {
@@ -365,8 +387,7 @@ async fn release(
     request
         .validate()
         .map_err(|e| engine_problem(EngineError::from(e)))?;
-    let names = label_names(&shards.layout.spec);
-    check_sharded_request(&request, &names).map_err(engine_problem)?;
+    check_interactive(&request).map_err(engine_problem)?;
     if let Some(done) = stored_answer(&shards, &key).await? {
         return Ok(done);
     }
@@ -375,11 +396,23 @@ async fn release(
     for round in 0..ROUNDS {
         let id = change_id();
         let prepared = prepare_all(&shards, &id, &change).await?;
+        // Groups need labels: the dataset's names, labels after creation
+        // included, are known once the shards answered.
+        // (Shards that disagree on them are refused by the merge below.)
+        let creation = &shards.layout.label_names;
+        let shard_names = prepared.iter().map(|p| p.labels.as_slice());
+        if let Some(names) = dataset_label_names(creation, shard_names) {
+            if let Err(e) = check_sharded_request(&request, &names) {
+                decide_all(&shards, &id).await;
+                return Err(engine_problem(e));
+            }
+        }
         // The mechanism off the async threads (the merged cells are one
         // `u32` per example).
         let computed = {
-            let (request, prepared, names) = (request.clone(), prepared.clone(), names.clone());
-            tokio::task::spawn_blocking(move || release_of_shards(&request, &prepared, &names))
+            let (request, prepared, creation) =
+                (request.clone(), prepared.clone(), creation.clone());
+            tokio::task::spawn_blocking(move || release_of_shards(&request, &prepared, &creation))
                 .await
                 .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))
         };

@@ -4,10 +4,9 @@
 //! shards' requests (`engine::cluster::shard_split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
-//! dataset), and merges the answers. Releases and release budgets are
-//! coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
-//! to). What cannot be answered exactly yet (labels after creation, release
-//! policies) is refused with
+//! dataset), and merges the answers. Releases, release budgets and labels
+//! are coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
+//! to). What cannot be answered exactly yet (release policies) is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
@@ -525,10 +524,7 @@ fn sharded_unsupported(what: String) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "sharded-unsupported",
-        format!(
-            "{what} (labels after creation and release policies are not yet merged across \
-             shards; see docs/cluster.md)"
-        ),
+        format!("{what} (release policies are not yet merged across shards; see docs/cluster.md)"),
     )
 }
 

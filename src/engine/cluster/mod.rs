@@ -13,11 +13,13 @@
 //! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
 //! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
 //! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
+//! | `shard_labels.rs` | labels after creation of a sharded dataset: the dataset's label order and each shard's record |
 //! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 
 mod leases;
 mod placement;
+pub mod shard_labels;
 pub mod shard_release;
 mod shard_split;
 mod shards;
@@ -25,8 +27,9 @@ mod shards;
 pub use placement::{choose_node, Share};
 pub use shard_split::{merge_status, split_range, split_step, SplitStep};
 pub use shards::{
-    check_shard_request, check_single_ledger, owning_dataset, parse_shard_id, shard_id,
-    shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS, SHARD_SEPARATOR,
+    check_no_epoch_steps, check_shard_request, check_single_ledger, owning_dataset, parse_shard_id,
+    shard_id, shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS,
+    SHARD_SEPARATOR,
 };
 
 use super::error::{EngineError, EngineResult};
