@@ -11,19 +11,46 @@ use super::extract::RawBody;
 use super::idempotency::IdempotencyHeader;
 use super::release_routes::LabelsView;
 use super::shard_release::{
-    apart, change_id, commit_each, decide_all, engine_problem, prepare_all, problem, stored_answer,
+    apart, change_id, commit_each, decide_all, engine_problem, prepare_all, problem, serve_with,
+    stored_answer,
 };
 use super::shard_routes::Shards;
+use super::state::AppState;
 use crate::engine::cluster::shard_labels::{dataset_label_names, split_labels};
 use crate::engine::cluster::shard_release::{RecordKind, ShardChange};
+use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::EngineError;
 use crate::release::{LabelAssignment, Labels};
-use axum::http::StatusCode;
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
+use std::sync::Arc;
+
+/// Whether `request` (for sharded dataset `d`) is `PUT .../labels`, which
+/// this module coordinates.
+pub(super) fn is_labels_change(d: &str, request: &Request) -> bool {
+    request.method() == Method::PUT
+        && request
+            .uri()
+            .path()
+            .strip_prefix("/v1/datasets/")
+            .and_then(|p| p.strip_prefix(d))
+            == Some("/labels")
+}
+
+/// Answers `PUT /v1/datasets/{d}/labels` of sharded dataset `layout.dataset`.
+pub(super) async fn serve(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    layout: Arc<ShardLayout>,
+    request: Request,
+) -> Response {
+    serve_with(state, node, layout, request, set_labels).await
+}
 
 /// Assigns labels to a sharded dataset's examples, on every shard or none;
 /// answers as an unsharded dataset does (the groups in order of first use).
-pub(super) async fn set_labels(
+async fn set_labels(
     shards: Shards,
     claims: Claims,
     idempotency: IdempotencyHeader,

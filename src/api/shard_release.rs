@@ -141,7 +141,7 @@ pub(super) fn is_sharded_change(d: &str, request: &Request) -> bool {
     };
     matches!(
         (request.method(), rest),
-        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget" | "/labels")
+        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget")
     )
 }
 
@@ -154,6 +154,38 @@ pub(super) async fn serve(
     layout: Arc<ShardLayout>,
     request: Request,
 ) -> Response {
+    let budget = request.method() == Method::PUT;
+    serve_with(
+        state,
+        node,
+        layout,
+        request,
+        move |shards, claims, key, raw| async move {
+            if budget {
+                set_budget(shards, claims, key, raw).await
+            } else {
+                release(shards, claims, key, raw).await
+            }
+        },
+    )
+    .await
+}
+
+/// What a coordinated change of a sharded dataset's needs before it is
+/// answered by `change` (also `shard_labels.rs`'s): the caller's claims and
+/// `Idempotency-Key`, the shards, the raw body; `change` runs to its end even
+/// if the caller goes (owners hold their shards' writes until it is decided).
+pub(super) async fn serve_with<F, Fut>(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    layout: Arc<ShardLayout>,
+    request: Request,
+    change: F,
+) -> Response
+where
+    F: FnOnce(Shards, Claims, IdempotencyHeader, RawBody) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, Response>> + Send + 'static,
+{
     let (mut parts, body) = request.into_parts();
     let claims = match Auth::from_request_parts(&mut parts, &state).await {
         Ok(Auth(c)) => c,
@@ -172,21 +204,11 @@ pub(super) async fn serve(
         // for the dataset), never passed on to the shards' prepares.
         idempotency_key: None,
     };
-    let budget = parts.method == Method::PUT;
-    let labels = parts.uri.path().ends_with("/labels");
     let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
         Ok(r) => r,
         Err(p) => return problem(p),
     };
-    let task = tokio::spawn(async move {
-        if labels {
-            super::shard_labels::set_labels(shards, claims, idempotency, raw).await
-        } else if budget {
-            set_budget(shards, claims, idempotency, raw).await
-        } else {
-            release(shards, claims, idempotency, raw).await
-        }
-    });
+    let task = tokio::spawn(change(shards, claims, idempotency, raw));
     match task.await {
         Ok(Ok(r) | Err(r)) => r,
         Err(_) => problem(Problem::internal(
