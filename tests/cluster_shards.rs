@@ -343,7 +343,8 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     let curator = cluster.token("curator", Some("s"), None);
     // (Releases and budgets are: tests/cluster_shard_releases.rs; labels:
     // tests/cluster_shard_labels.rs.)
-    for (method, path) in [("PUT", "/release-policy")] {
+    {
+        let (method, path) = ("PUT", "/release-policy");
         let url = format!("{}/v1/datasets/s{path}", via(1));
         let r = match method {
             "GET" => get(&url, Some(&curator)),

@@ -68,15 +68,16 @@ async fn set_labels(
     // as an unsharded dataset checks its state before the assignment.
     let prepared = prepare_all(&shards, &id, &ShardChange::Labels).await?;
     let shard_names = prepared.iter().map(|p| p.labels.as_slice());
-    let checked = dataset_label_names(&shards.layout.label_names, shard_names)
-        .ok_or_else(|| apart("the shards' label names differ".into()))
-        .and_then(|names| {
-            let whole = Labels::with_names(&names)
-                .and_then(|l| l.check(shards.layout.examples, &assignment))
-                .map_err(|e| engine_problem(EngineError::from(e)));
-            whole.map(|()| names)
-        });
-    let names = match checked {
+    let refusal = match dataset_label_names(&shards.layout.label_names, shard_names) {
+        None => Err(apart("the shards' label names differ".into())),
+        Some(names) => match Labels::with_names(&names)
+            .and_then(|l| l.check(shards.layout.examples, &assignment))
+        {
+            Ok(()) => Ok(names),
+            Err(e) => Err(engine_problem(EngineError::from(e))),
+        },
+    };
+    let names = match refusal {
         Ok(names) => names,
         Err(refusal) => {
             decide_all(&shards, &id).await;
