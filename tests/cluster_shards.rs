@@ -231,11 +231,13 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     refused(json!({"id": "s", "config": c, "shards": 0}), "shards");
     refused(json!({"id": "s", "config": c, "shards": 257}), "shards");
     refused(json!({"id": "s", "config": c, "shards": 11}), "shards");
+    // (Shuffled sampling is sharded: tests/cluster_shard_labels.rs; only a
+    // shard's epoch_steps is refused on a creation.)
     let mut shuffled = c.clone();
-    shuffled["sampling"] = json!({"kind": "shuffle", "batch_size": 2});
+    shuffled["sampling"] = json!({"kind": "shuffle", "batch_size": 2, "epoch_steps": 5});
     refused(
         json!({"id": "s", "config": shuffled, "shards": 2}),
-        "shards",
+        "sampling.epoch_steps",
     );
     refused(
         json!({"id": "s", "config": c, "shards": 2, "release_budget": {"epsilon": 1.0, "delta": 1e-6}}),
@@ -337,16 +339,15 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     let shard = format!("{}/v1/datasets/s~6/examples", via(0));
     assert_eq!(get(&format!("{shard}/1/privacy"), Some(&owner)).status, 200);
     assert_eq!(get(&format!("{shard}/0/privacy"), Some(&owner)).status, 403);
-    // Not yet exact across shards: refused (after authorisation), never answered.
     let curator = cluster.token("curator", Some("s"), None);
-    // (Releases and budgets are: tests/cluster_shard_releases.rs; policies:
-    // tests/cluster_shard_policy.rs.)
-    let url = format!("{}/v1/datasets/s/labels", via(1));
-    let r = put(&url, Some(&curator), &json!({}));
-    assert_eq!(r.status, 409, "PUT /labels: {:?}", r.body);
-    assert_eq!(r.body["type"], "urn:dpledger:problem:sharded-unsupported");
-    let r = put(&url, Some(&stranger), &json!({}));
-    assert_eq!(r.status, 403, "PUT /labels: {:?}", r.body);
+    // (Releases and budgets are exact across shards:
+    // tests/cluster_shard_releases.rs; policies: tests/cluster_shard_policy.rs;
+    // labels: tests/cluster_shard_labels.rs.) A stranger is refused them.
+    for path in ["/labels", "/release-policy", "/release-budget"] {
+        let url = format!("{}/v1/datasets/s{path}", via(1));
+        let r = put(&url, Some(&stranger), &json!({}));
+        assert_eq!(r.status, 403, "PUT {path}: {:?}", r.body);
+    }
     // Nor can a change reach one shard by its own id, on any node (it would
     // charge or change that shard alone): only reads and step parts pass.
     for node in 0..cluster.nodes.len() {

@@ -749,7 +749,10 @@ fn invalid_configurations_name_the_field() {
         ),
         (
             DatasetConfig {
-                sampling: Sampling::Shuffle { batch_size: 0 },
+                sampling: Sampling::Shuffle {
+                    batch_size: 0,
+                    epoch_steps: None,
+                },
                 ..base.clone()
             },
             "sampling.batch_size",
@@ -816,7 +819,13 @@ fn invalid_configurations_name_the_field() {
                    "sampling": {"kind": "shuffle", "batch_size": 2}, "delta": 1e-5,
                    "clipping": "global"}"#;
     let cfg: DatasetConfig = serde_json::from_str(json).unwrap();
-    assert_eq!(cfg.sampling, Sampling::Shuffle { batch_size: 2 });
+    assert_eq!(
+        cfg.sampling,
+        Sampling::Shuffle {
+            batch_size: 2,
+            epoch_steps: None,
+        }
+    );
     assert_eq!(cfg.clipping, Clipping::Global);
     let typo = json.replace("\"delta\"", "\"detla\"");
     assert!(serde_json::from_str::<DatasetConfig>(&typo).is_err());
@@ -999,7 +1008,10 @@ fn shuffle_mode_matches_the_naive_reference() {
             max_grad_norm: c,
             rounding: Some(c / 16.0),
             noise_multiplier: sigma,
-            sampling: Sampling::Shuffle { batch_size: batch },
+            sampling: Sampling::Shuffle {
+                batch_size: batch,
+                epoch_steps: None,
+            },
             orders: Some(ORDERS.to_vec()),
             delta: DELTA,
             clipping: Clipping::PerExample,
@@ -1074,7 +1086,10 @@ fn shuffle_mode_matches_the_naive_reference() {
 #[test]
 fn shuffle_refuses_a_second_processing_in_one_epoch() {
     let config = DatasetConfig {
-        sampling: Sampling::Shuffle { batch_size: 4 },
+        sampling: Sampling::Shuffle {
+            batch_size: 4,
+            epoch_steps: None,
+        },
         orders: Some(ORDERS.to_vec()),
         ..DatasetConfig::poisson(10, 1.0, 1.0, 0.5, DELTA)
     };
@@ -1583,7 +1598,10 @@ fn schedules_changing_every_step_compact_automatically_and_stay_exact() {
 fn filter_in_shuffle_mode_keeps_examples_within_budget() {
     let n = 40u64;
     let config = DatasetConfig {
-        sampling: Sampling::Shuffle { batch_size: 10 },
+        sampling: Sampling::Shuffle {
+            batch_size: 10,
+            epoch_steps: None,
+        },
         orders: Some(ORDERS.to_vec()),
         individual_budget: Some(IndividualBudget {
             epsilon: 3.0,

@@ -97,7 +97,10 @@ fn poisson_schedule_with_a_new_sigma_every_step_stays_within_the_bound() {
 #[test]
 fn shuffled_schedule_with_a_new_sigma_every_step_stays_within_the_bound() {
     let config = DatasetConfig {
-        sampling: Sampling::Shuffle { batch_size: N / 10 },
+        sampling: Sampling::Shuffle {
+            batch_size: N / 10,
+            epoch_steps: None,
+        },
         ..DatasetConfig::poisson(N, 1.0, 1.0, 0.1, 1e-5)
     };
     check(config, true);

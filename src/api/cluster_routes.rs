@@ -200,7 +200,8 @@ fn dataset_of(path: &str) -> Option<&str> {
 }
 
 /// A sharded dataset's request: releases and budgets to `shard_release.rs`,
-/// its release policy to `shard_policy.rs`, the rest to `shard_routes.rs`.
+/// its release policy to `shard_policy.rs`, labels to `shard_labels.rs`, the
+/// rest to `shard_routes.rs`.
 async fn serve_sharded(
     state: Arc<AppState>,
     node: Arc<crate::engine::cluster::ClusterNode>,
@@ -212,6 +213,9 @@ async fn serve_sharded(
     }
     if super::shard_release::is_sharded_change(&layout.dataset, &request) {
         return super::shard_release::serve(state, node, layout, request).await;
+    }
+    if super::shard_labels::is_labels_change(&layout.dataset, &request) {
+        return super::shard_labels::serve(state, node, layout, request).await;
     }
     super::shard_routes::serve(state, node, layout, request).await
 }

@@ -40,6 +40,7 @@ pub mod problem;
 mod release_routes;
 pub mod routes;
 mod shard_create;
+mod shard_labels;
 mod shard_policy;
 mod shard_release;
 mod shard_routes;

@@ -116,8 +116,7 @@ async fn create_inner(
     let targets = node.spread(layout.ranges.len());
     let mut tasks = Vec::new();
     for (s, range) in layout.ranges.iter().enumerate() {
-        let mut config = body.config.clone();
-        config.examples = range.end - range.start;
+        let config = layout.shard_config(s)?;
         // Its slice of the labels (none when the labels end before it).
         let labels = body.labels.as_ref().and_then(|l| {
             let len = l.len() as u64;

@@ -23,12 +23,15 @@ use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
 use super::problem::Problem;
 use super::release_routes::{PolicyUpdate, PolicyView};
-use super::shard_release::{change_id, commit, prepare_all, release_across, stored_answer};
+use super::shard_release::{
+    change_id, commit, decide_all, prepare_all, release_across, stored_answer,
+};
 use super::shard_routes::Shards;
 use super::state::AppState;
+use crate::engine::cluster::shard_labels::dataset_label_names;
 use crate::engine::cluster::shard_policy::ShardPolicyHook;
 use crate::engine::cluster::shard_release::{
-    check_sharded_request, label_names, RecordKind, ShardChange,
+    check_interactive, check_sharded_request, RecordKind, ShardChange,
 };
 use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{BudgetRefusal, EngineError, EngineResult, IdempotencyKey};
@@ -120,13 +123,32 @@ async fn set_policy(
     let update: PolicyUpdate = raw.json().map_err(IntoResponse::into_response)?;
     let mut policy = update.policy;
     if let Some(p) = &mut policy {
-        check_policy(p, &label_names(&shards.layout.spec)).map_err(refuse)?;
+        p.validate().map_err(|e| refuse(e.into()))?;
+        check_interactive(&p.request).map_err(refuse)?;
     }
     if let Some(done) = stored_answer(&shards, &key).await? {
         return Ok(done);
     }
     let id = change_id();
     let prepared = prepare_all(&shards, &id, &ShardChange::Policy(policy.clone()), None).await?;
+    // Groups need labels: the dataset's names (labels after creation
+    // included) are known once the shards answered.
+    if let Some(p) = &policy {
+        let shard_names = prepared.iter().map(|p| p.labels.as_slice());
+        let names = dataset_label_names(&shards.layout.label_names, shard_names);
+        let checked = names.map_or_else(
+            || {
+                Err(EngineError::conflict(
+                    "the shards' label names differ: retry",
+                ))
+            },
+            |names| check_sharded_request(&p.request, &names),
+        );
+        if let Err(e) = checked {
+            decide_all(&shards, &id).await;
+            return Err(refuse(e));
+        }
+    }
     let payload = serde_json::to_vec(&json!({ "policy": policy })).unwrap_or_default();
     let answer = serde_json::to_value(PolicyView {
         policy,

@@ -22,9 +22,10 @@ use super::node_client::{is_marked_path, NodeAnswer, NODE_MARK, SHARD_CHANGES};
 use super::problem::Problem;
 use super::shard_routes::{json_response, Shards};
 use super::state::AppState;
+use crate::engine::cluster::shard_labels::dataset_label_names;
 use crate::engine::cluster::shard_release::{
-    check_sharded_request, label_names, new_change_id, release_of_shards, Apart, CrossCommit, Decision, Prepared,
-    RecordKind, ShardChange,
+    check_interactive, check_sharded_request, new_change_id, release_of_shards, Apart, CrossCommit,
+    Decision, Prepared, RecordKind, ShardChange,
 };
 use crate::engine::cluster::{ClusterNode, MarkRefusal, ShardLayout};
 use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
@@ -44,11 +45,11 @@ const ROUNDS: u32 = 20;
 /// Path segment of the node-to-node calls.
 const SEGMENT: &str = SHARD_CHANGES;
 
-fn problem(p: Problem) -> Response {
+pub(super) fn problem(p: Problem) -> Response {
     p.into_response()
 }
 
-fn engine_problem(e: EngineError) -> Response {
+pub(super) fn engine_problem(e: EngineError) -> Response {
     Problem::from(e).into_response()
 }
 
@@ -199,6 +200,7 @@ fn validate_change(change: &mut ShardChange) -> Result<(), EngineError> {
         ShardChange::Policy(Some(policy)) => policy.validate().map_err(EngineError::from),
         ShardChange::Policy(None) => Ok(()),
         ShardChange::Budget(rho) if rho.is_finite() && *rho >= 0.0 => Ok(()),
+        ShardChange::Labels => Ok(()),
         ShardChange::Budget(rho) => {
             Err(EngineError::from(crate::accounting::InvalidArgument::new(
                 "rho",
@@ -233,6 +235,38 @@ pub(super) async fn serve(
     layout: Arc<ShardLayout>,
     request: Request,
 ) -> Response {
+    let budget = request.method() == Method::PUT;
+    serve_with(
+        state,
+        node,
+        layout,
+        request,
+        move |shards, claims, key, raw| async move {
+            if budget {
+                set_budget(shards, claims, key, raw).await
+            } else {
+                release(shards, claims, key, raw).await
+            }
+        },
+    )
+    .await
+}
+
+/// What a coordinated change of a sharded dataset's needs before it is
+/// answered by `change` (also `shard_labels.rs`'s): the caller's claims and
+/// `Idempotency-Key`, the shards, the raw body; `change` runs to its end even
+/// if the caller goes (owners hold their shards' writes until it is decided).
+pub(super) async fn serve_with<F, Fut>(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    layout: Arc<ShardLayout>,
+    request: Request,
+    change: F,
+) -> Response
+where
+    F: FnOnce(Shards, Claims, IdempotencyHeader, RawBody) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, Response>> + Send + 'static,
+{
     let (mut parts, body) = request.into_parts();
     let claims = match Auth::from_request_parts(&mut parts, &state).await {
         Ok(Auth(c)) => c,
@@ -251,18 +285,11 @@ pub(super) async fn serve(
         // for the dataset), never passed on to the shards' prepares.
         idempotency_key: None,
     };
-    let budget = parts.method == Method::PUT;
     let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
         Ok(r) => r,
         Err(p) => return problem(p),
     };
-    let task = tokio::spawn(async move {
-        if budget {
-            set_budget(shards, claims, idempotency, raw).await
-        } else {
-            release(shards, claims, idempotency, raw).await
-        }
-    });
+    let task = tokio::spawn(change(shards, claims, idempotency, raw));
     match task.await {
         Ok(Ok(r) | Err(r)) => r,
         Err(_) => problem(Problem::internal(
@@ -392,10 +419,27 @@ pub(super) async fn commit(
     status: StatusCode,
     answer: serde_json::Value,
 ) -> Response {
+    let payloads = vec![payload; prepared.len()];
+    commit_each(shards, id, kind, payloads, prepared, key, status, answer).await
+}
+
+/// [`commit`] with each shard's own payload (`payloads[s]` for shard `s`).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn commit_each(
+    shards: &Shards,
+    id: &str,
+    kind: RecordKind,
+    payloads: Vec<Vec<u8>>,
+    prepared: &[Prepared],
+    key: Option<IdempotencyKey>,
+    status: StatusCode,
+    answer: serde_json::Value,
+) -> Response {
     let targets = prepared
         .iter()
+        .zip(payloads)
         .enumerate()
-        .map(|(s, p)| (shards.layout.shard_dataset(s), p.epoch))
+        .map(|(s, (p, payload))| (shards.layout.shard_dataset(s), p.epoch, payload))
         .collect();
     let d = shards.layout.dataset.clone();
     let answer_bytes = serde_json::to_vec(&answer).unwrap_or_default();
@@ -411,7 +455,7 @@ pub(super) async fn commit(
     let committed = shards
         .state
         .engine
-        .commit_across(id, kind, payload, targets, stored_key)
+        .commit_each_across(id, kind, targets, stored_key)
         .await;
     decide_all(shards, id).await;
     match committed {
@@ -448,8 +492,7 @@ async fn release(
     request
         .validate()
         .map_err(|e| engine_problem(EngineError::from(e)))?;
-    let names = label_names(&shards.layout.spec);
-    check_sharded_request(&request, &names).map_err(engine_problem)?;
+    check_interactive(&request).map_err(engine_problem)?;
     if let Some(done) = stored_answer(&shards, &key).await? {
         return Ok(done);
     }
@@ -467,7 +510,6 @@ pub(super) async fn release_across(
     key: Option<IdempotencyKey>,
     trigger: ReleaseTrigger,
 ) -> Result<Response, Response> {
-    let names = label_names(&shards.layout.spec);
     let change = ShardChange::Release(request.clone());
     let mut last = Vec::new();
     for round in 0..ROUNDS {
@@ -477,12 +519,24 @@ pub(super) async fn release_across(
         // cannot go back).
         let at = last.iter().max().copied();
         let prepared = prepare_all(shards, &id, &change, at).await?;
+        // Groups need labels: the dataset's names, labels after creation
+        // included, are known once the shards answered.
+        // (Shards that disagree on them are refused by the merge below.)
+        let creation = &shards.layout.label_names;
+        let shard_names = prepared.iter().map(|p| p.labels.as_slice());
+        if let Some(names) = dataset_label_names(creation, shard_names) {
+            if let Err(e) = check_sharded_request(request, &names) {
+                decide_all(shards, &id).await;
+                return Err(engine_problem(e));
+            }
+        }
         // The mechanism off the async threads (the merged cells are one
         // `u32` per example).
         let computed = {
-            let (request, prepared, names) = (request.clone(), prepared.clone(), names.clone());
+            let (request, prepared, creation) =
+                (request.clone(), prepared.clone(), creation.clone());
             tokio::task::spawn_blocking(move || {
-                release_of_shards(&request, &prepared, &names, trigger)
+                release_of_shards(&request, &prepared, &creation, trigger)
             })
             .await
             .unwrap_or_else(|_| Err(Apart::Disagree("the mechanism's task failed".into())))

@@ -4,10 +4,10 @@
 //! shards' requests (`engine::cluster::shard_split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
-//! dataset), and merges the answers. Releases and release budgets are
-//! coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
-//! to), release policies by `shard_policy.rs`. What cannot be answered
-//! exactly yet (labels after creation) is refused with
+//! dataset), and merges the answers. Releases, release budgets and labels
+//! are coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
+//! to), release policies by `shard_policy.rs`. What a dataset's shard is sent
+//! directly that only the dataset may change is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
@@ -546,10 +546,7 @@ fn sharded_unsupported(what: String) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "sharded-unsupported",
-        format!(
-            "{what} (labels after creation are not yet merged across shards; see \
-             docs/cluster.md)"
-        ),
+        format!("{what} (change the sharded dataset instead; see docs/cluster.md)"),
     )
 }
 

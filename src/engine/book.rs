@@ -6,7 +6,7 @@
 use super::error::EngineError;
 use crate::ledger::Ledger;
 use crate::release::{
-    rdp_of_rho, release_pld_events, BudgetStatus, LabelAssignment, Labels, Release, ReleasePolicy,
+    rdp_of_rho, release_pld_events, BudgetStatus, LabelRecord, Labels, Release, ReleasePolicy,
     Statistics,
 };
 use crate::store::{Record, RecordKind};
@@ -145,10 +145,10 @@ pub(super) fn apply_setting(
             book.budget.rho_budget = Some(p.rho_budget);
         }
         RecordKind::Labels => {
-            let a: LabelAssignment =
+            let r: LabelRecord =
                 serde_json::from_slice(payload).map_err(|e| format!("labels: {e}"))?;
             book.labels
-                .assign(ledger.examples(), &a)
+                .apply(ledger.examples(), &r)
                 .map_err(|e| format!("labels do not apply: {e}"))?;
         }
         RecordKind::ReleasePolicy => {

@@ -97,7 +97,7 @@ impl Engine {
                     field: Some("id"),
                 })
             }
-            _ => {}
+            _ => super::cluster::check_no_epoch_steps(&config)?,
         }
         let ledger = Ledger::new(config.clone())?;
         let settings = setup.records(id, &ledger)?;

@@ -33,12 +33,19 @@ pub enum Sampling {
     /// one epoch is refused ([`LedgerError::EpochViolation`]). The worst case is one
     /// Gaussian charge at `C` per epoch begun, `ceil(T / S)` after `T` steps, at
     /// that epoch's smallest noise multiplier; this equals `ceil(T b / n)` when `b`
-    /// divides `n`.
+    /// divides `n`. A shard of a sharded dataset counts the dataset's `S`
+    /// (`epoch_steps`), not its own.
     ///
     /// [`LedgerError::EpochViolation`]: super::LedgerError::EpochViolation
     Shuffle {
         /// Batch size `b`.
         batch_size: u64,
+        /// Steps per epoch `S` when it is not `ceil(n / b)`: set only on the
+        /// shards of a sharded dataset (issue 26), to the dataset's
+        /// `ceil(n / b)`, because a shard's epochs span the whole dataset, not
+        /// its own examples. Refused on any other dataset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch_steps: Option<u64>,
     },
 }
 
@@ -136,7 +143,32 @@ impl DatasetConfig {
             Sampling::Poisson { rate } => {
                 validate::sampling_rate("sampling.rate", rate)?;
             }
-            Sampling::Shuffle { batch_size } => {
+            Sampling::Shuffle {
+                batch_size,
+                epoch_steps: Some(steps),
+            } => {
+                // A shard: its batch may be larger than its examples, and
+                // its epoch at least as long as a pass over them.
+                if batch_size == 0 {
+                    return Err(InvalidArgument::new(
+                        "sampling.batch_size",
+                        format!("must be at least 1, got {batch_size}"),
+                    ));
+                }
+                if steps < self.examples.div_ceil(batch_size) {
+                    return Err(InvalidArgument::new(
+                        "sampling.epoch_steps",
+                        format!(
+                            "must be at least ceil(examples / batch_size) = {}, got {steps}",
+                            self.examples.div_ceil(batch_size)
+                        ),
+                    ));
+                }
+            }
+            Sampling::Shuffle {
+                batch_size,
+                epoch_steps: None,
+            } => {
                 if batch_size == 0 || batch_size > self.examples {
                     return Err(InvalidArgument::new(
                         "sampling.batch_size",
@@ -155,6 +187,18 @@ impl DatasetConfig {
             validate::delta("individual_budget.delta", budget.delta)?;
         }
         Ok(())
+    }
+
+    /// Shuffle mode: the steps of one epoch, `epoch_steps` or `ceil(n / b)`
+    /// (`None` for Poisson sampling).
+    pub fn steps_per_epoch(&self) -> Option<u64> {
+        match self.sampling {
+            Sampling::Poisson { .. } => None,
+            Sampling::Shuffle {
+                batch_size,
+                epoch_steps,
+            } => Some(epoch_steps.unwrap_or_else(|| self.examples.div_ceil(batch_size.max(1)))),
+        }
     }
 
     /// The rounding precision in force: `rounding`, or `C / 100` when absent.

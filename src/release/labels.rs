@@ -21,6 +21,25 @@ pub struct LabelAssignment {
     pub labels: Vec<Option<String>>,
 }
 
+/// The payload of a labels record: an assignment and, on a shard of a sharded
+/// dataset (issue 26), the dataset's label names in order of first use after
+/// it, which the shard adopts before assigning, so that every shard names and
+/// orders the groups as one unsharded ledger of the same trace does (groups
+/// none of its examples carry included). An unsharded dataset's record has no
+/// `names`; the JSON of an assignment reads as one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelRecord {
+    /// Example ids (the shard's own).
+    pub ids: Vec<u64>,
+    /// One label per id; `null` leaves the example unlabelled.
+    pub labels: Vec<Option<String>>,
+    /// The sharded dataset's label names after the assignment, in order of
+    /// first use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+}
+
 /// Every example's group.
 #[derive(Debug, Clone, Default)]
 pub struct Labels {
@@ -76,6 +95,79 @@ impl Labels {
             ));
         }
         Ok(())
+    }
+
+    /// Labels with these names (in this order) and no example labelled: what
+    /// a sharded dataset's coordinator checks an assignment against.
+    pub fn with_names(names: &[String]) -> Result<Labels> {
+        let mut l = Labels::default();
+        l.adopt_names(names)?;
+        Ok(l)
+    }
+
+    /// Refuse `names` as the new order of this dataset's names unless it lists
+    /// every name it has, each once, and at most [`MAX_GROUPS`].
+    fn check_names(&self, names: &[String]) -> Result<()> {
+        let bad = |detail: String| Err(InvalidArgument::new("labels", detail));
+        if names.len() > MAX_GROUPS {
+            return bad(format!(
+                "a dataset has at most {MAX_GROUPS} distinct labels"
+            ));
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return bad(format!("{n:?} is named twice"));
+            }
+        }
+        if let Some(missing) = self.names.iter().find(|n| !names.contains(n)) {
+            return bad(format!("the names leave out {missing:?}"));
+        }
+        Ok(())
+    }
+
+    /// Name the groups `names`, in that order (a superset of the names in
+    /// use; [`Self::check_names`]), keeping every example's label.
+    fn adopt_names(&mut self, names: &[String]) -> Result<()> {
+        self.check_names(names)?;
+        if self.names == names {
+            return Ok(());
+        }
+        let map: Vec<u32> = self
+            .names
+            .iter()
+            .map(|n| names.iter().position(|m| m == n).unwrap_or(0) as u32)
+            .collect();
+        for g in &mut self.of {
+            if *g != NONE {
+                *g = map[*g as usize];
+            }
+        }
+        self.names = names.to_vec();
+        Ok(())
+    }
+
+    /// Apply a labels record (an assignment, after adopting its `names` when
+    /// it has them), or change nothing and say why.
+    pub fn apply(&mut self, examples: u64, r: &LabelRecord) -> Result<()> {
+        let a = LabelAssignment {
+            ids: r.ids.clone(),
+            labels: r.labels.clone(),
+        };
+        match &r.names {
+            None => self.assign(examples, &a),
+            Some(names) => {
+                self.check_names(names)?;
+                if let Some(l) = r.labels.iter().flatten().find(|l| !names.contains(l)) {
+                    return Err(InvalidArgument::new(
+                        "labels",
+                        format!("{l:?} is not among the record's names"),
+                    ));
+                }
+                Labels::with_names(names)?.check(examples, &a)?;
+                self.adopt_names(names)?;
+                self.assign(examples, &a)
+            }
+        }
     }
 
     /// Apply a checked assignment to a dataset of `examples` examples.
@@ -139,6 +231,57 @@ mod tests {
         )
         .unwrap();
         assert_eq!(l.partition(&[0.0; 5]).1.len(), 3);
+    }
+
+    #[test]
+    fn a_record_with_names_adopts_their_order_and_keeps_every_label() {
+        let mut l = Labels::default();
+        let a = LabelAssignment {
+            ids: vec![0, 1, 2],
+            labels: vec![Some("b".into()), Some("a".into()), None],
+        };
+        l.assign(4, &a).unwrap();
+        assert_eq!(l.names(), ["b", "a"]);
+        let names: Vec<String> = ["a", "c", "b", "d"].map(String::from).to_vec();
+        let r = LabelRecord {
+            ids: vec![3],
+            labels: vec![Some("d".into())],
+            names: Some(names.clone()),
+        };
+        l.apply(4, &r).unwrap();
+        assert_eq!(l.names(), names.as_slice());
+        let (g, none) = l.partition(&[0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(g, vec![vec![1.0], vec![], vec![0.0], vec![3.0]]);
+        assert_eq!(none, vec![2.0]);
+        // A record whose names leave one out, or repeat one, or whose
+        // assignment does not apply, changes nothing.
+        let bad = [
+            LabelRecord {
+                names: Some(vec!["a".into(), "b".into(), "d".into()]),
+                ..r.clone()
+            },
+            LabelRecord {
+                names: Some([names.clone(), vec!["a".into()]].concat()),
+                ..r.clone()
+            },
+            LabelRecord {
+                ids: vec![4],
+                ..r.clone()
+            },
+            LabelRecord {
+                labels: vec![Some("e".into())],
+                ..r.clone()
+            },
+        ];
+        for b in &bad {
+            assert!(l.apply(4, b).is_err(), "{b:?}");
+            assert_eq!(l.names(), names.as_slice());
+            assert_eq!(l.partition(&[0.0, 1.0, 2.0, 3.0]).0, g);
+        }
+        // An assignment's JSON reads as a record without names.
+        let json = serde_json::to_vec(&a).unwrap();
+        let read: LabelRecord = serde_json::from_slice(&json).unwrap();
+        assert_eq!(read.names, None);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
 //! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
 //! | `shard_prepare.rs` | a shard's part of a sharded release: statistics from a view at one step, then the write lock |
+//! | `shard_labels.rs` | labels after creation of a sharded dataset: the dataset's label order and each shard's record |
 //! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 //! | `node_mark.rs` | the node mark: an HMAC with the cluster's secret that only nodes can put on a node-to-node call |
@@ -22,6 +23,7 @@
 mod leases;
 mod node_mark;
 mod placement;
+pub mod shard_labels;
 pub mod shard_policy;
 mod shard_prepare;
 pub mod shard_release;
@@ -33,8 +35,9 @@ pub use node_mark::{unix_ms, MarkRefusal, NodeMarks, MARK_WINDOW};
 pub use placement::{choose_node, Share};
 pub use shard_split::{merge_status, split_range, split_step, SplitStep};
 pub use shards::{
-    check_shard_request, check_single_ledger, owning_dataset, parse_shard_id, shard_id,
-    shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS, SHARD_SEPARATOR,
+    check_no_epoch_steps, check_shard_request, check_single_ledger, owning_dataset, parse_shard_id,
+    shard_id, shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS,
+    SHARD_SEPARATOR,
 };
 
 use super::error::{EngineError, EngineResult};

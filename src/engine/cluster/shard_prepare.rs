@@ -85,12 +85,16 @@ impl Engine {
             let epoch = ds.epoch.load(Ordering::Acquire);
             let step = ledger.next_step();
             if at.is_some_and(|t| t != step) {
-                let budget = ds.book_read().budget;
+                let (budget, labels) = {
+                    let book = ds.book_read();
+                    (book.budget, book.labels.names().to_vec())
+                };
                 return Ok(Ready::Passed(Prepared {
                     epoch,
                     step,
                     budget,
                     release: None,
+                    labels,
                 }));
             }
             (self.open_shard_view(ds, &mut ledger, request)?, epoch)
@@ -115,10 +119,12 @@ impl Engine {
             )));
         }
         let rho = request.rho();
-        let budget = {
+        // The label names as the view saw them: a labels change needs the
+        // release turn, which this prepare holds from the view to its decision.
+        let (budget, names) = {
             let book = ds.book_read();
             check_budget(ds, &book, rho)?;
-            book.budget
+            (book.budget, book.labels.names().to_vec())
         };
         check_charge(&ledger, rho)?;
         let prepared = Prepared {
@@ -130,6 +136,7 @@ impl Engine {
                 bound,
                 summary,
             }),
+            labels: names,
         };
         Ok(Ready::Held(ledger, prepared))
     }

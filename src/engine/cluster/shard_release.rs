@@ -61,6 +61,9 @@ pub enum ShardChange {
     Budget(f64),
     /// A new release policy (validated), or none (`shard_policy.rs`).
     Policy(Option<ReleasePolicy>),
+    /// Labels after creation (`shard_labels.rs`): the shard only answers its
+    /// label names; each shard's record is cut by the coordinator.
+    Labels,
 }
 
 /// What a shard's owner answers a prepare with.
@@ -75,6 +78,10 @@ pub struct Prepared {
     /// A release's delta, bound `B` and sufficient statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<PreparedRelease>,
+    /// The shard's label names in its order (`shard_labels.rs` derives the
+    /// dataset's from them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 /// A release's part of [`Prepared`].
@@ -156,8 +163,9 @@ pub fn release_rng(step: u64) -> rand::rngs::StdRng {
     }
 }
 
-/// The label names of a sharded dataset in order of first use, from its
-/// creation's specification (labels cannot change after a sharded creation).
+/// The label names of a sharded dataset's creation in order of first use,
+/// from its specification: parsed once per layout (`ShardLayout::label_names`);
+/// labels set later extend them (`shard_labels::dataset_label_names`).
 pub fn label_names(spec: &str) -> Vec<String> {
     let spec: serde_json::Value = serde_json::from_str(spec).unwrap_or_default();
     let Ok(labels) = serde_json::from_value::<Vec<Option<String>>>(spec["labels"].clone()) else {
@@ -174,16 +182,24 @@ pub fn label_names(spec: &str) -> Vec<String> {
 
 /// The release the shards' prepared statistics make: checked to describe one
 /// step with one bound and one budget, merged exactly, the mechanism run once;
-/// `trigger` says who asked (a curator, or the dataset's policy).
+/// `trigger` says who asked (a curator, or the dataset's policy). `creation`
+/// is the creation's label names (the layout's `label_names`); the groups
+/// merge in the dataset's order derived from them and the shards' books
+/// (`shard_labels::dataset_label_names`), labels after creation included.
 pub fn release_of_shards(
     request: &ReleaseRequest,
     prepared: &[Prepared],
-    names: &[String],
+    creation: &[String],
     trigger: ReleaseTrigger,
 ) -> Result<Release, Apart> {
     let first = prepared
         .first()
         .ok_or_else(|| Apart::Disagree("no shard".into()))?;
+    let names = &super::shard_labels::dataset_label_names(
+        creation,
+        prepared.iter().map(|p| p.labels.as_slice()),
+    )
+    .ok_or_else(|| Apart::Disagree("the shards' label names differ".into()))?;
     if prepared.iter().any(|p| p.step != first.step) {
         return Err(Apart::Steps(prepared.iter().map(|p| p.step).collect()));
     }
@@ -230,8 +246,23 @@ pub fn release_of_shards(
 }
 
 /// Refuse what a sharded dataset cannot release exactly: the interactive
-/// gradient quantiles, and groups when the dataset has no labels.
+/// gradient quantiles, and groups when the dataset has no labels (`names`:
+/// the dataset's, `shard_labels::dataset_label_names`).
 pub fn check_sharded_request(request: &ReleaseRequest, names: &[String]) -> EngineResult<()> {
+    check_interactive(request)?;
+    if request.by_group && names.is_empty() {
+        return Err(EngineError::Conflict {
+            detail: "by_group needs labels, and this sharded dataset has none: assign them \
+                     with PUT /v1/datasets/{dataset}/labels"
+                .into(),
+            field: Some("by_group"),
+        });
+    }
+    Ok(())
+}
+
+/// Refuse the interactive gradient quantiles (no sufficient statistics).
+pub fn check_interactive(request: &ReleaseRequest) -> EngineResult<()> {
     if request
         .quantiles
         .as_ref()
@@ -242,13 +273,6 @@ pub fn check_sharded_request(request: &ReleaseRequest, names: &[String]) -> Engi
                      statistics to merge across shards: use kss"
                 .into(),
             field: Some("quantiles.method"),
-        });
-    }
-    if request.by_group && names.is_empty() {
-        return Err(EngineError::Conflict {
-            detail: "by_group needs labels, and this sharded dataset was created without any"
-                .into(),
-            field: Some("by_group"),
         });
     }
     Ok(())
@@ -416,7 +440,10 @@ impl Engine {
         change: &ShardChange,
     ) -> EngineResult<Prepared> {
         self.locked_checks(ds, ledger).await?;
-        let budget = ds.book_read().budget;
+        let (budget, names) = {
+            let book = ds.book_read();
+            (book.budget, book.labels.names().to_vec())
+        };
         let epoch = ds.epoch.load(std::sync::atomic::Ordering::Acquire);
         let step = ledger.next_step();
         let release = match change {
@@ -433,6 +460,7 @@ impl Engine {
                 }
                 None
             }
+            ShardChange::Labels => None,
             // Prepared from a view (`shard_prepare.rs`), never here.
             ShardChange::Release(_) => {
                 return Err(EngineError::Internal(
@@ -445,6 +473,7 @@ impl Engine {
             step,
             budget,
             release,
+            labels: names,
         })
     }
 
@@ -477,7 +506,7 @@ impl Engine {
                     apply_release(ledger, &mut book, release).map_err(EngineError::Internal)?;
                     metrics::counter!("dpledger_releases_total").increment(1);
                 }
-                RecordKind::BudgetChange | RecordKind::ReleasePolicy => {
+                RecordKind::BudgetChange | RecordKind::ReleasePolicy | RecordKind::Labels => {
                     apply_setting(ledger, &mut book, rec.kind, &rec.payload)
                         .map_err(EngineError::Internal)?;
                 }
@@ -525,16 +554,32 @@ impl Engine {
         shards: Vec<(String, u64)>,
         key: Option<(String, IdempotencyKey)>,
     ) -> EngineResult<CrossCommit> {
+        let shards = shards
+            .into_iter()
+            .map(|(dataset, epoch)| (dataset, epoch, payload.clone()))
+            .collect();
+        self.commit_each_across(id, kind, shards, key).await
+    }
+
+    /// [`Self::commit_across`] with each shard's own payload (`(name, epoch,
+    /// payload)`): labels after creation give each shard its examples' part.
+    pub async fn commit_each_across(
+        &self,
+        id: &str,
+        kind: RecordKind,
+        shards: Vec<(String, u64, Vec<u8>)>,
+        key: Option<(String, IdempotencyKey)>,
+    ) -> EngineResult<CrossCommit> {
         let node = self.node()?;
         let records = shards
             .into_iter()
-            .map(|(dataset, epoch)| {
+            .map(|(dataset, epoch, payload)| {
                 let record = Record {
                     dataset,
                     kind,
                     step: None,
                     part: None,
-                    payload: payload.clone(),
+                    payload,
                 };
                 (record, epoch)
             })

@@ -202,6 +202,7 @@ mod tests {
             examples: n,
             ranges: shard_ranges(n, k),
             spec: "{}".into(),
+            label_names: Vec::new(),
         }
     }
 

@@ -71,13 +71,24 @@ pub fn check_shard_request(config: &DatasetConfig, shards: u32) -> EngineResult<
             config.examples
         )));
     }
-    if matches!(config.sampling, crate::ledger::Sampling::Shuffle { .. }) {
-        // A shard's epochs would count its own examples, not the dataset's.
-        return Err(bad(
-            "shuffled sampling cannot be sharded yet (its epochs span the whole dataset): \
-             use Poisson sampling, or no shards"
+    check_no_epoch_steps(config)
+}
+
+/// Refuses `sampling.epoch_steps` on a dataset's creation (sharded or not):
+/// only the shards of a sharded dataset carry it, set by their layout
+/// ([`ShardLayout::shard_config`]).
+pub fn check_no_epoch_steps(config: &DatasetConfig) -> EngineResult<()> {
+    if let crate::ledger::Sampling::Shuffle {
+        epoch_steps: Some(_),
+        ..
+    } = config.sampling
+    {
+        return Err(EngineError::BadRequest {
+            detail: "epoch_steps is set only on the shards of a sharded dataset; a dataset's \
+                     epoch is ceil(examples / batch_size) steps"
                 .into(),
-        ));
+            field: Some("sampling.epoch_steps"),
+        });
     }
     Ok(())
 }
@@ -128,13 +139,6 @@ pub fn shards_for(config: &DatasetConfig, requested: Option<u32>, bound: u64) ->
                      nodes that have the memory (about 780 bytes per example)"
                 )));
             }
-            if matches!(config.sampling, crate::ledger::Sampling::Shuffle { .. }) {
-                return Err(too_large(
-                    "shuffled sampling cannot be sharded yet: use Poisson sampling, or raise \
-                     the bound on nodes that have the memory (about 780 bytes per example)"
-                        .into(),
-                ));
-            }
             let k = needed as u32;
             check_shard_request(config, k)?;
             Ok(k)
@@ -173,6 +177,10 @@ pub struct ShardLayout {
     /// The creation's canonical specification (`{"config", "labels"}`, and
     /// `"release_policy"` when the creation set one).
     pub spec: String,
+    /// The creation's label names in order of first use, parsed once from
+    /// `spec` (layouts are cached for good). Labels set after the creation
+    /// extend them in every shard's book (`shard_release::dataset_label_names`).
+    pub label_names: Vec<String>,
 }
 
 impl ShardLayout {
@@ -183,6 +191,7 @@ impl ShardLayout {
             examples: row.examples,
             ranges: shard_ranges(row.examples, row.shards),
             spec: row.spec.clone(),
+            label_names: super::shard_release::label_names(&row.spec),
         }
     }
 
@@ -194,6 +203,24 @@ impl ShardLayout {
     /// The name of shard `i`.
     pub fn shard_dataset(&self, i: usize) -> String {
         shard_id(&self.dataset, self.ranges[i].start)
+    }
+
+    /// The configuration of shard `i`: the dataset's with the shard's number
+    /// of examples and, with shuffled sampling, the dataset's epoch length
+    /// `ceil(n / b)` as `epoch_steps` (a shard's epochs span the dataset, so
+    /// every shard accounts its steps' epochs as one unsharded ledger does).
+    pub fn shard_config(&self, i: usize) -> EngineResult<DatasetConfig> {
+        let mut config = self.config()?;
+        let steps = config.steps_per_epoch();
+        if let crate::ledger::Sampling::Shuffle { epoch_steps, .. } = &mut config.sampling {
+            *epoch_steps = steps;
+        }
+        let range = self
+            .ranges
+            .get(i)
+            .ok_or_else(|| EngineError::Internal(format!("no shard {i}")))?;
+        config.examples = range.end - range.start;
+        Ok(config)
     }
 
     /// The dataset's configuration (the shards' but for `examples`).
@@ -290,11 +317,10 @@ impl ClusterNode {
         let Some(layout) = self.layout_of(dataset).await? else {
             return Err(bad(format!("{dataset:?} is not a sharded dataset")));
         };
-        let Some(range) = layout.ranges.iter().find(|r| r.start == start) else {
+        let Some(s) = layout.ranges.iter().position(|r| r.start == start) else {
             return Err(bad(format!("no shard of {dataset:?} starts at {start}")));
         };
-        let mut expected = layout.config()?;
-        expected.examples = range.end - range.start;
+        let expected = layout.shard_config(s)?;
         if *config != expected {
             return Err(EngineError::conflict(format!(
                 "shard {id:?} must have the configuration of {dataset:?} with {} examples",
@@ -336,6 +362,7 @@ mod tests {
                 examples: n,
                 ranges: ranges.clone(),
                 spec: "{}".into(),
+                label_names: Vec::new(),
             };
             for (i, r) in ranges.iter().enumerate() {
                 assert_eq!(layout.shard_of(r.start), Some(i));

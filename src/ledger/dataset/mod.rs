@@ -198,10 +198,10 @@ impl Ledger {
                     ALL_TOP,
                 )
             }
-            Sampling::Shuffle { batch_size } => {
+            Sampling::Shuffle { .. } => {
                 let mechanism = StepMechanism::Gaussian { sigma };
                 let table = tables.get(&grid, mechanism, &orders);
-                let steps_per_epoch = config.examples.div_ceil(batch_size);
+                let steps_per_epoch = config.steps_per_epoch().unwrap_or(1);
                 (
                     Accrual::Shuffle(ShuffleState::new(steps_per_epoch, m)),
                     StepParams { mechanism, table },
@@ -277,7 +277,7 @@ impl Ledger {
     pub fn placeholder(&self) -> Result<Ledger, LedgerError> {
         let mut config = self.config.clone();
         config.examples = 1;
-        if let Sampling::Shuffle { batch_size } = &mut config.sampling {
+        if let Sampling::Shuffle { batch_size, .. } = &mut config.sampling {
             *batch_size = 1;
         }
         Ledger::with_table_cache(config, self.tables.clone())
