@@ -1724,3 +1724,57 @@ fn check_step_is_a_faithful_dry_run() {
     assert!(ledger.check_refresh(&[1, 2], &[0.1, 0.2]).is_ok());
     assert!(ledger.check_refresh(&[1, 1], &[0.1, 0.2]).is_err());
 }
+
+/// A retry of an earlier part of a multi-part step, after another part
+/// completed it, answers as the step did: complete, with the step's
+/// retirements and threshold 0 for its own retired ids (a trainer trusting the
+/// retried answer never keeps clipping a retired example at a non-zero
+/// threshold; a sharded step's merged answer is built from such retries).
+#[test]
+fn retried_parts_of_an_applied_step_carry_its_retirements() {
+    let mut retirements = 0;
+    for seed in 0..20u64 {
+        let mut rng = Pcg64::seed_from_u64(91_000 + seed);
+        let n = 40;
+        let config = filter_config(n, rng.random_range(1.0..2.0));
+        let grid = config.grid().unwrap();
+        let mut whole = Ledger::new(config.clone()).unwrap();
+        let mut parts = Ledger::new(config).unwrap();
+        for t in 0..60u64 {
+            let ids: Vec<u64> = (0..n)
+                .filter(|&i| rng.random_bool(0.5) && whole.thresholds(i..i + 1).unwrap()[0] > 0.0)
+                .collect();
+            let norms: Vec<f64> = ids
+                .iter()
+                .map(|_| random_norm(&mut rng, &grid, true))
+                .collect();
+            let expected = whole
+                .step(&StepReport::new(t, ids.clone(), norms.clone()))
+                .unwrap();
+            retirements += expected.retired.len();
+            let half = ids.len() / 2;
+            let reports: Vec<StepReport> = [(0, 0..half), (1, half..ids.len())]
+                .into_iter()
+                .map(|(index, range)| StepReport {
+                    part: Some(Part { index, count: 2 }),
+                    ..StepReport::new(t, ids[range.clone()].to_vec(), norms[range].to_vec())
+                })
+                .collect();
+            for r in &reports {
+                parts.step(r).unwrap();
+            }
+            let mut thresholds = Vec::new();
+            for r in &reports {
+                let again = parts.step(r).unwrap();
+                assert!(again.duplicate && again.complete, "step {t}");
+                assert_eq!(again.retired, expected.retired, "step {t}");
+                thresholds.extend(again.thresholds);
+            }
+            assert_eq!(thresholds, expected.thresholds, "step {t}");
+        }
+    }
+    assert!(
+        retirements > 0,
+        "the traces retired nobody: the test proves nothing"
+    );
+}

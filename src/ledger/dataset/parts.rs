@@ -77,7 +77,7 @@ impl Ledger {
         let hash = report.content_hash();
         if report.step < self.next_step {
             return self
-                .answer_retry(report.step, part, hash)
+                .answer_retry(report.step, part, hash, &report.ids)
                 .map(CheckedStep::Answer);
         }
         if report.step > self.next_step {
@@ -251,11 +251,14 @@ impl Ledger {
     }
 
     /// The answer to a retry of an already applied step.
+    /// `ids` are the retried report's (the same as the stored part's: their
+    /// content hashes match).
     pub(super) fn answer_retry(
         &self,
         step: u64,
         part: Part,
         hash: u64,
+        ids: &[u64],
     ) -> Result<StepOutcome, LedgerError> {
         let oldest = self.history.front().map_or(self.next_step, |r| r.step);
         let record = step
@@ -291,11 +294,27 @@ impl Ledger {
         // part completed it: a retry of an earlier part says so, so that a
         // sharded dataset's merged answer (every shard complete) is true once
         // every shard has the step, even when one shard's part was a retry.
-        Ok(StepOutcome {
+        let mut answer = StepOutcome {
             duplicate: true,
             complete: true,
             ..outcome.clone()
-        })
+        };
+        // A part stored before the step completed answered without the
+        // step's retirements: complete now, it carries them as the completing
+        // part did (the sorted `retired`, and threshold 0 for its own ids the
+        // step retired), so that a trainer never keeps clipping a retired
+        // example at a non-zero threshold.
+        if !outcome.complete {
+            if let Some((_, completing)) = record.parts.iter().find(|(_, o)| o.complete) {
+                answer.retired = completing.retired.clone();
+            }
+            for (th, id) in answer.thresholds.iter_mut().zip(ids) {
+                if answer.retired.binary_search(id).is_ok() {
+                    *th = 0.0;
+                }
+            }
+        }
+        Ok(answer)
     }
 
     pub(super) fn remember(&mut self, record: StepRecord) {
