@@ -51,19 +51,10 @@ fn faults_under_a_sharded_dataset_lose_double_and_split_nothing() {
     cluster.wait_active(3);
     let (n, q) = (80u64, 0.2);
     let admin = cluster.admin_token();
-    let created = post_retrying(
-        &format!("{}/v1/datasets", cluster.nodes[0].url),
-        &admin,
+    let shards = cluster.create_sharded(
+        0,
         &json!({"id": "big", "config": config(n, q), "shards": 4}),
-        Duration::from_secs(30),
     );
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    let shards: Vec<String> = created.body["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["dataset"].as_str().unwrap().to_string())
-        .collect();
     assert_eq!(shards.len(), 4);
 
     let all = Arc::new(reports(2626, n, q, 20_000));

@@ -98,20 +98,34 @@ fn a_creation_above_the_bound_is_sharded_automatically_or_refused_clearly() {
         "examples",
         "257 shards",
     );
-    // Shuffled sampling cannot be sharded yet.
+    // Shuffled sampling is sharded too, each shard counting the dataset's
+    // epochs (`epoch_steps` = ceil(60 / 6) = 10; tests/cluster_shard_labels.rs
+    // checks its accounting against one ledger).
     let mut shuffled = poisson_config(60, 0.5, 1.0);
     shuffled["sampling"] = json!({"kind": "shuffle", "batch_size": 6});
-    refused(
-        json!({"id": "shuffled", "config": shuffled}),
-        "examples",
-        "shuffled sampling cannot be sharded",
+    let r = create(0, json!({"id": "shuffled", "config": shuffled}));
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.body["shards"].as_array().unwrap().len(), 3);
+    let shard = r.body["shards"][1]["dataset"].as_str().unwrap().to_string();
+    let view = get(
+        &format!("{}/v1/datasets/{shard}", cluster.nodes[1].url),
+        Some(&admin),
+    );
+    assert_eq!(view.status, 200, "{:?}", view.body);
+    assert_eq!(
+        view.body["config"]["sampling"]["epoch_steps"], 10,
+        "{:?}",
+        view.body
     );
     // Nothing refused took a name.
     let list = get(
         &format!("{}/v1/datasets", cluster.nodes[1].url),
         Some(&admin),
     );
-    assert_eq!(list.body["datasets"], json!(["auto", "four", "small"]));
+    assert_eq!(
+        list.body["datasets"],
+        json!(["auto", "four", "shuffled", "small"])
+    );
 }
 
 #[test]
@@ -155,18 +169,10 @@ fn archiving_a_sharded_dataset_archives_every_shard_once_and_for_all() {
     cluster.wait_active(3);
     let admin = cluster.admin_token();
     let url = |i: usize, path: &str| format!("{}{path}", cluster.nodes[i % 3].url);
-    let created = post(
-        &url(0, "/v1/datasets"),
-        Some(&admin),
+    let shards = cluster.create_sharded(
+        0,
         &json!({"id": "a", "config": poisson_config(40, 0.5, 1.0), "shards": 4}),
     );
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    let shards: Vec<String> = created.body["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["dataset"].as_str().unwrap().to_string())
-        .collect();
     let trace = poisson_trace(5, 40, 0.5, 3);
     for step in &trace {
         let r = post(&url(1, "/v1/datasets/a/steps"), Some(&admin), step);
@@ -234,6 +240,95 @@ fn archiving_a_sharded_dataset_archives_every_shard_once_and_for_all() {
     assert_eq!(after.body, before.body);
     let list = get(&url(1, "/v1/datasets"), Some(&admin));
     assert_eq!(list.body["datasets"], json!(["a"]));
+}
+
+/// Archiving while a trainer keeps reporting: the archive is one change
+/// across the shards (prepared at one step, committed in one transaction), so
+/// every shard is archived after the same steps: no step is applied by some
+/// shards and refused by others (`partially-applied`), every shard logs the
+/// same steps and one archive record.
+#[test]
+fn archiving_while_steps_flow_archives_every_shard_after_the_same_steps() {
+    let Some(cluster) = Cluster::start(3, 4000) else {
+        return;
+    };
+    cluster.wait_active(3);
+    let admin = cluster.admin_token();
+    let url = |i: usize, path: &str| format!("{}{path}", cluster.nodes[i % 3].url);
+    let shards = cluster.create_sharded(
+        0,
+        &json!({"id": "flow", "config": poisson_config(40, 0.5, 1.0), "shards": 4}),
+    );
+    let trace = poisson_trace(8, 40, 0.5, 400);
+    let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url.clone()).collect();
+    let trainer = {
+        let (admin, urls) = (admin.clone(), urls.clone());
+        std::thread::spawn(move || {
+            // (acknowledged steps, answers that were neither 200 nor the
+            // archive's 409)
+            let mut acknowledged = 0usize;
+            let mut odd = Vec::new();
+            for (t, step) in trace.iter().enumerate() {
+                loop {
+                    let r = post(
+                        &format!("{}/v1/datasets/flow/steps", urls[t % urls.len()]),
+                        Some(&admin),
+                        step,
+                    );
+                    match r.status {
+                        200 => {
+                            acknowledged += 1;
+                            break;
+                        }
+                        409 if r.body["type"] != "urn:dpledger:problem:partially-applied" => {
+                            return (acknowledged, odd);
+                        }
+                        503 => continue,
+                        _ => {
+                            odd.push(r.body.clone());
+                            return (acknowledged, odd);
+                        }
+                    }
+                }
+            }
+            (acknowledged, odd)
+        })
+    };
+    // Archive once steps are flowing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cluster.logged_steps(&shards[0]).len() < 10 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let curator = cluster.token("curator", Some("flow"), None);
+    let archived = post(
+        &url(1, "/v1/datasets/flow/archive"),
+        Some(&curator),
+        &json!({}),
+    );
+    assert_eq!(archived.status, 200, "{:?}", archived.body);
+    assert_eq!(archived.body["archived"], true);
+    let (acknowledged, odd) = trainer.join().unwrap();
+    assert!(
+        odd.is_empty(),
+        "answers other than 200 or archived: {odd:?}"
+    );
+    assert!(
+        acknowledged >= 10,
+        "only {acknowledged} steps before the archive"
+    );
+    assert!(acknowledged < 400, "the archive came after the whole trace");
+    // Every shard logs the same steps: the acknowledged ones (and at most one
+    // more, a step whose answer was lost before the archive refused its retry).
+    let logged = cluster.logged_steps(&shards[0]).len();
+    assert!(
+        logged == acknowledged || logged == acknowledged + 1,
+        "{logged} steps logged, {acknowledged} acknowledged"
+    );
+    for shard in &shards {
+        assert_eq!(records(&cluster, shard, 6), 1, "{shard}");
+        assert_eq!(cluster.logged_steps(shard).len(), logged, "{shard}");
+    }
+    assert_eq!(archived.body["status"]["steps"], logged as u64);
 }
 
 /// How many records of `kind` (6: archived, 3: refresh) `dataset`'s log holds.

@@ -230,19 +230,10 @@ fn releases_under_faults_are_charged_to_every_shard_once_or_to_none() {
     cluster.wait_active(3);
     let (n, q) = (80u64, 0.2);
     let admin = cluster.admin_token();
-    let created = post_retrying(
-        &format!("{}/v1/datasets", cluster.nodes[0].url),
-        &admin,
+    let shards = cluster.create_sharded(
+        0,
         &json!({"id": "big", "config": config(n, q), "labels": labels(n), "shards": 4}),
-        Duration::from_secs(30),
     );
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    let shards: Vec<String> = created.body["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["dataset"].as_str().unwrap().to_string())
-        .collect();
     let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url.clone()).collect();
 
     let all = Arc::new(reports(SEED, n, q, 20_000));

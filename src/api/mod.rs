@@ -39,6 +39,7 @@ pub mod permissions;
 pub mod problem;
 mod release_routes;
 pub mod routes;
+mod shard_archive;
 mod shard_create;
 mod shard_labels;
 mod shard_policy;

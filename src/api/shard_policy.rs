@@ -19,12 +19,12 @@
 //!   which each owner accepts as the node's own call.
 
 use super::auth::{Access, Claims};
-use super::extract::{Auth, RawBody};
+use super::extract::RawBody;
 use super::idempotency::IdempotencyHeader;
 use super::problem::Problem;
 use super::release_routes::{PolicyUpdate, PolicyView};
 use super::shard_release::{
-    change_id, commit, decide_all, prepare_all, release_across, stored_answer,
+    change_id, commit, decide_all, prepare_all, release_across, serve_with, stored_answer,
 };
 use super::shard_routes::Shards;
 use super::state::AppState;
@@ -36,8 +36,8 @@ use crate::engine::cluster::shard_release::{
 use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{BudgetRefusal, EngineError, EngineResult, IdempotencyKey};
 use crate::release::{ReleasePolicy, ReleaseTrigger};
-use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{header, Method, StatusCode};
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -74,35 +74,7 @@ pub(super) async fn serve(
     layout: Arc<ShardLayout>,
     request: Request,
 ) -> Response {
-    let (mut parts, body) = request.into_parts();
-    let claims = match Auth::from_request_parts(&mut parts, &state).await {
-        Ok(Auth(c)) => c,
-        Err(p) => return p.into_response(),
-    };
-    let idempotency = match IdempotencyHeader::from_request_parts(&mut parts, &state).await {
-        Ok(i) => i,
-        Err(p) => return p.into_response(),
-    };
-    let shards = Shards {
-        authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
-        state: state.clone(),
-        node,
-        layout,
-        idempotency_key: None,
-    };
-    let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
-        Ok(r) => r,
-        Err(p) => return p.into_response(),
-    };
-    let task = tokio::spawn(async move { set_policy(shards, claims, idempotency, raw).await });
-    match task.await {
-        Ok(Ok(r) | Err(r)) => r,
-        Err(_) => Problem::internal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the change's task failed",
-        )
-        .into_response(),
-    }
+    serve_with(state, node, layout, request, set_policy).await
 }
 
 /// The same policy on every shard, in one transaction.

@@ -41,7 +41,10 @@ use std::time::Duration;
 /// deciding it alone (abort, unless the commit landed).
 const HOLD: Duration = Duration::from_secs(5);
 /// Rounds of prepares while the shards are found at different steps.
-const ROUNDS: u32 = 20;
+pub(super) const ROUNDS: u32 = 20;
+/// The largest body of a prepare or decide call (a change is a release
+/// request, a policy or a budget: a few kB).
+const PROTOCOL_BODY_LIMIT: usize = 1 << 20;
 /// Path segment of the node-to-node calls.
 const SEGMENT: &str = SHARD_CHANGES;
 
@@ -101,7 +104,19 @@ pub(super) async fn owner_call(
     else {
         return mark_refused(&parts.method, parts.uri.path(), "it carries no node mark");
     };
-    let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
+    // A caller's token is checked before the body is read, and the body is
+    // bounded by what a change can be (a release request, a policy: a few kB).
+    if parts.headers.contains_key(header::AUTHORIZATION) {
+        let claims = match Auth::from_request_parts(&mut parts, &state).await {
+            Ok(Auth(c)) => c,
+            Err(p) => return problem(p),
+        };
+        if let Err(p) = claims.authorize(Access::Curate(&shard)) {
+            return problem(p);
+        }
+    }
+    let limit = state.limits.max_body_bytes.min(PROTOCOL_BODY_LIMIT);
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return problem(Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload-too-large",
@@ -121,15 +136,6 @@ pub(super) async fn owner_call(
             ))
         }
         Err(why) => return mark_refused(&parts.method, parts.uri.path(), &why.to_string()),
-    }
-    if parts.headers.contains_key(header::AUTHORIZATION) {
-        let claims = match Auth::from_request_parts(&mut parts, &state).await {
-            Ok(Auth(c)) => c,
-            Err(p) => return problem(p),
-        };
-        if let Err(p) = claims.authorize(Access::Curate(&shard)) {
-            return problem(p);
-        }
     }
     let body = axum::body::Body::from(bytes);
     let path = parts.uri.path().to_string();
@@ -200,7 +206,7 @@ fn validate_change(change: &mut ShardChange) -> Result<(), EngineError> {
         ShardChange::Policy(Some(policy)) => policy.validate().map_err(EngineError::from),
         ShardChange::Policy(None) => Ok(()),
         ShardChange::Budget(rho) if rho.is_finite() && *rho >= 0.0 => Ok(()),
-        ShardChange::Labels => Ok(()),
+        ShardChange::Labels | ShardChange::Archive => Ok(()),
         ShardChange::Budget(rho) => {
             Err(EngineError::from(crate::accounting::InvalidArgument::new(
                 "rho",

@@ -329,15 +329,20 @@ async fn serve_inner(
         (Method::POST, ["archive"]) => {
             claims.authorize(Access::Curate(&d)).map_err(problem)?;
             check_idempotency_header(&mut parts, &state).await?;
-            // Every shard, each by its owner; a shard's archive is idempotent
-            // (an archived shard answers as archived), so a fan-out that
-            // failed part-way is completed by the same request again. The
-            // dataset reads as archived (read-only) once any shard is: that
-            // shard refuses its part of every step.
-            let requests = (0..layout.ranges.len())
-                .map(|s| (s, Method::POST, "/archive".to_string(), None))
-                .collect();
-            shards.send_all(requests).await?;
+            // Every shard at one step, all or none (`shard_archive.rs`).
+            // When a shard is archived already (by hand), each of the others
+            // by its owner: a shard's archive is idempotent, so a fan-out
+            // that failed part-way is completed by the same request again.
+            // The dataset reads as archived (read-only) once any shard is:
+            // that shard refuses its part of every step.
+            if view(&shards).await?.archived {
+                let requests = (0..layout.ranges.len())
+                    .map(|s| (s, Method::POST, "/archive".to_string(), None))
+                    .collect();
+                shards.send_all(requests).await?;
+            } else {
+                super::shard_archive::archive_across(&shards).await?;
+            }
             Ok(json_response(StatusCode::OK, &view(&shards).await?))
         }
         (Method::POST, ["refresh"]) => {

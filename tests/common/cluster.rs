@@ -427,6 +427,25 @@ impl Cluster {
         assert_eq!(r.status, 201, "{:?}", r.body);
     }
 
+    /// Creates the sharded dataset `body` describes through node `i` (as
+    /// admin, retrying while the cluster settles) and answers its shards'
+    /// names in range order.
+    pub fn create_sharded(&self, i: usize, body: &Value) -> Vec<String> {
+        let created = post_retrying(
+            &format!("{}/v1/datasets", self.nodes[i].url),
+            &self.admin_token(),
+            body,
+            Duration::from_secs(30),
+        );
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        created.body["shards"]
+            .as_array()
+            .expect("a shard map")
+            .iter()
+            .map(|s| s["dataset"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// Reads `(seq, step, epoch)` of every step record of `dataset` in the log.
     pub fn logged_steps(&self, dataset: &str) -> Vec<(i64, i64, Option<i64>)> {
         let (url, dataset) = (self.schema.url.clone(), dataset.to_string());

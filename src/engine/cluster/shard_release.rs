@@ -64,6 +64,10 @@ pub enum ShardChange {
     /// Labels after creation (`shard_labels.rs`): the shard only answers its
     /// label names; each shard's record is cut by the coordinator.
     Labels,
+    /// Archiving the dataset: one `Archived` record per shard, prepared at one
+    /// step (`at`, as a release), so that every shard is archived after the
+    /// same steps and a step in flight is applied by all or by none.
+    Archive,
 }
 
 /// What a shard's owner answers a prepare with.
@@ -353,7 +357,7 @@ impl Engine {
         };
         let prepared = match &change {
             ShardChange::Release(request) => self.prepare_release(&ds, request, at).await,
-            _ => self.prepare_setting(&ds, &change).await,
+            _ => self.prepare_setting(&ds, &change, at).await,
         };
         let mut ledger = match prepared {
             Ok(Ready::Held(ledger, p)) => {
@@ -421,15 +425,21 @@ impl Engine {
     }
 
     /// Prepare a change that is not a release under the write lock, once no
-    /// multi-part step is incomplete (the change cannot land inside one).
+    /// multi-part step is incomplete (the change cannot land inside one) and,
+    /// with `at`, at step `at` only: a shard at another step answers its step
+    /// and holds nothing (the coordinator tries again at one step).
     async fn prepare_setting<'a>(
         &self,
         ds: &'a Arc<Dataset>,
         change: &ShardChange,
+        at: Option<u64>,
     ) -> EngineResult<Ready<'a>> {
         let since = std::time::Instant::now();
-        let mut ledger = self.lock_when_ready(ds, None, since).await?;
+        let mut ledger = self.lock_when_ready(ds, at, since).await?;
         let prepared = self.prepare_locked(ds, &mut ledger, change).await?;
+        if at.is_some_and(|t| t != prepared.step) {
+            return Ok(Ready::Passed(prepared));
+        }
         Ok(Ready::Held(ledger, prepared))
     }
 
@@ -460,7 +470,7 @@ impl Engine {
                 }
                 None
             }
-            ShardChange::Labels => None,
+            ShardChange::Labels | ShardChange::Archive => None,
             // Prepared from a view (`shard_prepare.rs`), never here.
             ShardChange::Release(_) => {
                 return Err(EngineError::Internal(
@@ -505,6 +515,10 @@ impl Engine {
                         .map_err(|e| EngineError::Internal(format!("release: {e}")))?;
                     apply_release(ledger, &mut book, release).map_err(EngineError::Internal)?;
                     metrics::counter!("dpledger_releases_total").increment(1);
+                }
+                RecordKind::Archived => {
+                    ds.archived
+                        .store(true, std::sync::atomic::Ordering::Release);
                 }
                 RecordKind::BudgetChange | RecordKind::ReleasePolicy | RecordKind::Labels => {
                     apply_setting(ledger, &mut book, rec.kind, &rec.payload)
