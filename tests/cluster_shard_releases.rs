@@ -18,7 +18,7 @@ mod common;
 use cluster::*;
 use common::pg_schema::TestSchema;
 use common::*;
-use dpledger::store::cluster::{ClusterDb, CrossCommit, Decision};
+use dpledger::store::cluster::{new_change_id, ClusterDb, CrossCommit, Decision};
 use dpledger::store::{IdempotencyKey, Record, RecordKind};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -458,17 +458,24 @@ fn the_database_commits_a_change_to_every_shard_or_to_none() {
         .unwrap()
     };
     let both = |e0: u64, e1: u64| vec![(release_record("t~0"), e0), (release_record("t~5"), e1)];
+    // Change ids carry the time they were made (`new_change_id`).
+    let (c1, c2, c3, c4) = (
+        new_change_id(),
+        new_change_id(),
+        new_change_id(),
+        new_change_id(),
+    );
     // One shard's epoch is stale: nothing is written, to any shard.
     let fenced = rt
-        .block_on(db.commit_across("c1", both(1, 7), None))
+        .block_on(db.commit_across(&c1, both(1, 7), None))
         .unwrap();
     assert!(matches!(fenced, CrossCommit::Fenced(_)), "{fenced:?}");
     assert_eq!((count("t~0"), count("t~5")), (0, 0));
-    assert_eq!(rt.block_on(db.decide("c1")).unwrap(), Decision::Aborted);
+    assert_eq!(rt.block_on(db.decide(&c1)).unwrap(), Decision::Aborted);
     // An owner decided first (its wait ran out): the commit writes nothing.
-    assert_eq!(rt.block_on(db.decide("c2")).unwrap(), Decision::Aborted);
+    assert_eq!(rt.block_on(db.decide(&c2)).unwrap(), Decision::Aborted);
     let late = rt
-        .block_on(db.commit_across("c2", both(1, 1), None))
+        .block_on(db.commit_across(&c2, both(1, 1), None))
         .unwrap();
     assert_eq!(late, CrossCommit::Decided);
     assert_eq!((count("t~0"), count("t~5")), (0, 0));
@@ -479,14 +486,14 @@ fn the_database_commits_a_change_to_every_shard_or_to_none() {
         answer: b"{}".to_vec(),
     };
     let done = rt
-        .block_on(db.commit_across("c3", both(1, 1), Some(("t".into(), key.clone()))))
+        .block_on(db.commit_across(&c3, both(1, 1), Some(("t".into(), key.clone()))))
         .unwrap();
     let CrossCommit::Committed(seqs) = done else {
         panic!("{done:?}")
     };
     assert_eq!(seqs.len(), 2);
     assert_eq!((count("t~0"), count("t~5")), (1, 1));
-    assert_eq!(rt.block_on(db.decide("c3")).unwrap(), Decision::Committed);
+    assert_eq!(rt.block_on(db.decide(&c3)).unwrap(), Decision::Committed);
     let stored = store
         .find_key("t", "k1")
         .unwrap()
@@ -494,8 +501,24 @@ fn the_database_commits_a_change_to_every_shard_or_to_none() {
     assert_eq!(stored.request, b"digest");
     // The same key again (a retry that raced): nothing more is written.
     let again = rt
-        .block_on(db.commit_across("c4", both(1, 1), Some(("t".into(), key))))
+        .block_on(db.commit_across(&c4, both(1, 1), Some(("t".into(), key))))
         .unwrap();
     assert_eq!(again, CrossCommit::KeyUsed);
     assert_eq!((count("t~0"), count("t~5")), (1, 1));
+    // A change older than half the decisions' keep (a coordinator frozen
+    // between its prepare and its commit, whose `abort` row may have been
+    // pruned), or an id without a time, is refused and writes nothing.
+    let made = new_change_id();
+    let old_ms = u64::from_str_radix(&made[..12], 16).unwrap() - 13 * 3600 * 1000;
+    let old = format!("{old_ms:012x}{}", &made[12..]);
+    for id in [old.as_str(), "c5"] {
+        let late = rt.block_on(db.commit_across(id, both(1, 1), None)).unwrap();
+        assert_eq!(late, CrossCommit::Decided, "{id}");
+    }
+    assert_eq!((count("t~0"), count("t~5")), (1, 1));
+    // One made now commits.
+    let fresh = rt
+        .block_on(db.commit_across(&made, both(1, 1), None))
+        .unwrap();
+    assert!(matches!(fresh, CrossCommit::Committed(_)), "{fresh:?}");
 }

@@ -200,8 +200,8 @@ fn dataset_of(path: &str) -> Option<&str> {
 }
 
 /// A sharded dataset's request: releases and budgets to `shard_release.rs`,
-/// its release policy to `shard_policy.rs`, labels to `shard_labels.rs`, the
-/// rest to `shard_routes.rs`.
+/// its release policy to `shard_policy.rs`, labels to `shard_labels.rs`,
+/// archiving to `shard_archive.rs`, the rest to `shard_routes.rs`.
 async fn serve_sharded(
     state: Arc<AppState>,
     node: Arc<crate::engine::cluster::ClusterNode>,
@@ -216,6 +216,9 @@ async fn serve_sharded(
     }
     if super::shard_labels::is_labels_change(&layout.dataset, &request) {
         return super::shard_labels::serve(state, node, layout, request).await;
+    }
+    if super::shard_archive::is_archive(&layout.dataset, &request) {
+        return super::shard_archive::serve(state, node, layout, request).await;
     }
     super::shard_routes::serve(state, node, layout, request).await
 }

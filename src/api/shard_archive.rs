@@ -11,29 +11,93 @@
 //! hand, or by an earlier version's fan-out cut short) is completed shard by
 //! shard as before: a shard's archive is idempotent.
 
-use super::shard_release::{apart, change_id, commit, decide_all, prepare_all, ROUNDS};
-use super::shard_routes::Shards;
+use super::auth::{Access, Claims};
+use super::extract::RawBody;
+use super::idempotency::IdempotencyHeader;
+use super::shard_release::{
+    apart, change_id, commit, decide_all, prepare_all, problem, serve_with, ROUNDS,
+};
+use super::shard_routes::{json_response, view, Shards};
+use super::state::AppState;
 use crate::engine::cluster::shard_release::{RecordKind, ShardChange};
-use axum::http::StatusCode;
+use crate::engine::cluster::{ClusterNode, ShardLayout};
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Whether `request` (for sharded dataset `d`) archives it.
+pub(super) fn is_archive(d: &str, request: &Request) -> bool {
+    request.method() == Method::POST
+        && request
+            .uri()
+            .path()
+            .strip_prefix("/v1/datasets/")
+            .and_then(|p| p.strip_prefix(d))
+            == Some("/archive")
+}
+
+/// Answers `POST /v1/datasets/{d}/archive` of sharded dataset
+/// `layout.dataset` with the merged view, run to its end even if the caller
+/// goes (owners hold their shards' writes until the change is decided).
+pub(super) async fn serve(
+    state: Arc<AppState>,
+    node: Arc<ClusterNode>,
+    layout: Arc<ShardLayout>,
+    request: Request,
+) -> Response {
+    serve_with(state, node, layout, request, archive).await
+}
+
+/// Archive every shard (module note), then answer the merged view.
+async fn archive(
+    shards: Shards,
+    claims: Claims,
+    idempotency: IdempotencyHeader,
+    raw: RawBody,
+) -> Result<Response, Response> {
+    claims
+        .authorize(Access::Curate(&shards.layout.dataset))
+        .map_err(problem)?;
+    // A malformed key is refused as anywhere; a retry needs none (archiving
+    // an archived dataset changes nothing and answers the same view).
+    idempotency.key(raw.bytes()).map_err(problem)?;
+    if view(&shards).await?.archived {
+        let requests = (0..shards.layout.ranges.len())
+            .map(|s| (s, Method::POST, "/archive".to_string(), None))
+            .collect();
+        shards.send_all(requests).await?;
+    } else {
+        archive_across(&shards).await?;
+    }
+    Ok(json_response(StatusCode::OK, &view(&shards).await?))
+}
 
 /// Archive every shard of `shards`' dataset at one step, or none: `Ok` once
 /// committed, else the answer to give (retryable when the shards stayed at
 /// different steps or an owner moved).
-pub(super) async fn archive_across(shards: &Shards) -> Result<(), Response> {
+async fn archive_across(shards: &Shards) -> Result<(), Response> {
     let mut at = None;
     let mut last = Vec::new();
     for round in 0..ROUNDS {
         let id = change_id();
         let prepared = prepare_all(shards, &id, &ShardChange::Archive, at).await?;
         let steps: Vec<u64> = prepared.iter().map(|p| p.step).collect();
-        if steps.iter().any(|&s| s != steps[0]) {
-            // A step in flight: ask again at the furthest step any shard is
-            // at, which the others reach when the step's parts arrive.
+        // Asked at step `at`, a shard at another step holds nothing (its
+        // writes flow): only when every shard is at `at` does every shard
+        // hold its writes for the commit, so that each applies its record.
+        let all_held = at.is_none_or(|t| steps.iter().all(|&s| s == t));
+        if !all_held || steps.iter().any(|&s| s != steps[0]) {
+            // Steps in flight: ask again one step beyond the furthest shard,
+            // so that every shard holds its writes as soon as it has applied
+            // the step being reported (a trainer's next step then waits for
+            // the archive, which refuses it on every shard); shards found
+            // level but not held are asked again where they are.
             decide_all(shards, &id).await;
-            at = steps.iter().max().copied();
+            let level = steps.iter().all(|&s| s == steps[0]);
+            at = (!level).then(|| steps.iter().max().map_or(0, |m| m + 1));
             last = steps;
             tokio::time::sleep(Duration::from_millis(10 * u64::from(round + 1))).await;
             continue;

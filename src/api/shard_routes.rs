@@ -122,7 +122,10 @@ impl Shards {
     /// Sends every request in parallel; answers in the same order, or the
     /// first failure: a refusal to send or a 5xx first (retryable: the parts
     /// that were applied answer as duplicates), then any other non-2xx.
-    async fn send_all(&self, requests: Vec<ShardRequest>) -> Result<Vec<NodeAnswer>, Response> {
+    pub(super) async fn send_all(
+        &self,
+        requests: Vec<ShardRequest>,
+    ) -> Result<Vec<NodeAnswer>, Response> {
         let mut answers = self.gather(requests).await;
         match first_failure(&answers) {
             Some(i) => Err(match answers.swap_remove(i) {
@@ -325,25 +328,6 @@ async fn serve_inner(
                 .merge(&layout, &outcomes)
                 .map_err(|e| problem(e.into()))?;
             Ok(json_response(StatusCode::OK, &merged))
-        }
-        (Method::POST, ["archive"]) => {
-            claims.authorize(Access::Curate(&d)).map_err(problem)?;
-            check_idempotency_header(&mut parts, &state).await?;
-            // Every shard at one step, all or none (`shard_archive.rs`).
-            // When a shard is archived already (by hand), each of the others
-            // by its owner: a shard's archive is idempotent, so a fan-out
-            // that failed part-way is completed by the same request again.
-            // The dataset reads as archived (read-only) once any shard is:
-            // that shard refuses its part of every step.
-            if view(&shards).await?.archived {
-                let requests = (0..layout.ranges.len())
-                    .map(|s| (s, Method::POST, "/archive".to_string(), None))
-                    .collect();
-                shards.send_all(requests).await?;
-            } else {
-                super::shard_archive::archive_across(&shards).await?;
-            }
-            Ok(json_response(StatusCode::OK, &view(&shards).await?))
         }
         (Method::POST, ["refresh"]) => {
             claims.authorize(Access::Train(&d)).map_err(problem)?;
