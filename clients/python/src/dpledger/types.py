@@ -127,6 +127,9 @@ class ShuffleSampling:
 
     batch_size: int
     kind: Literal["shuffle"] = "shuffle"
+    #: The dataset's epoch length in steps, which a shard of a sharded dataset
+    #: carries (set by the server; refused in a creation).
+    epoch_steps: Optional[int] = None
 
 
 Sampling = Union[PoissonSampling, ShuffleSampling]
