@@ -208,19 +208,23 @@ async fn serve_sharded(
     layout: Arc<crate::engine::cluster::ShardLayout>,
     request: Request,
 ) -> Response {
-    if super::shard_policy::is_policy_change(&layout.dataset, &request) {
-        return super::shard_policy::serve(state, node, layout, request).await;
+    let rest = request
+        .uri()
+        .path()
+        .strip_prefix("/v1/datasets/")
+        .and_then(|p| p.strip_prefix(layout.dataset.as_str()))
+        .unwrap_or("");
+    match (request.method().as_str(), rest) {
+        ("PUT", "/release-policy") => {
+            super::shard_policy::serve(state, node, layout, request).await
+        }
+        ("POST", "/releases") | ("PUT", "/release-budget") => {
+            super::shard_release::serve(state, node, layout, request).await
+        }
+        ("PUT", "/labels") => super::shard_labels::serve(state, node, layout, request).await,
+        ("POST", "/archive") => super::shard_archive::serve(state, node, layout, request).await,
+        _ => super::shard_routes::serve(state, node, layout, request).await,
     }
-    if super::shard_release::is_sharded_change(&layout.dataset, &request) {
-        return super::shard_release::serve(state, node, layout, request).await;
-    }
-    if super::shard_labels::is_labels_change(&layout.dataset, &request) {
-        return super::shard_labels::serve(state, node, layout, request).await;
-    }
-    if super::shard_archive::is_archive(&layout.dataset, &request) {
-        return super::shard_archive::serve(state, node, layout, request).await;
-    }
-    super::shard_routes::serve(state, node, layout, request).await
 }
 
 /// Routing middleware (cluster mode only): a dataset's request goes to the

@@ -28,17 +28,6 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Whether `request` (for sharded dataset `d`) archives it.
-pub(super) fn is_archive(d: &str, request: &Request) -> bool {
-    request.method() == Method::POST
-        && request
-            .uri()
-            .path()
-            .strip_prefix("/v1/datasets/")
-            .and_then(|p| p.strip_prefix(d))
-            == Some("/archive")
-}
-
 /// Answers `POST /v1/datasets/{d}/archive` of sharded dataset
 /// `layout.dataset` with the merged view, run to its end even if the caller
 /// goes (owners hold their shards' writes until the change is decided).

@@ -22,21 +22,9 @@ use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::EngineError;
 use crate::release::{LabelAssignment, Labels};
 use axum::extract::Request;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use std::sync::Arc;
-
-/// Whether `request` (for sharded dataset `d`) is `PUT .../labels`, which
-/// this module coordinates.
-pub(super) fn is_labels_change(d: &str, request: &Request) -> bool {
-    request.method() == Method::PUT
-        && request
-            .uri()
-            .path()
-            .strip_prefix("/v1/datasets/")
-            .and_then(|p| p.strip_prefix(d))
-            == Some("/labels")
-}
 
 /// Answers `PUT /v1/datasets/{d}/labels` of sharded dataset `layout.dataset`.
 pub(super) async fn serve(

@@ -37,7 +37,7 @@ use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::{BudgetRefusal, EngineError, EngineResult, IdempotencyKey};
 use crate::release::{ReleasePolicy, ReleaseTrigger};
 use axum::extract::Request;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -47,16 +47,6 @@ use std::time::Duration;
 /// Tries of one policy release while the answer is retryable (another
 /// release holds a shard's turn, an owner is moving, the shards stay apart).
 const TRIES: u32 = 6;
-
-/// Whether `request` (for sharded dataset `d`) sets its release policy.
-pub(super) fn is_policy_change(d: &str, request: &Request) -> bool {
-    let rest = request
-        .uri()
-        .path()
-        .strip_prefix("/v1/datasets/")
-        .and_then(|p| p.strip_prefix(d));
-    request.method() == Method::PUT && rest == Some("/release-policy")
-}
 
 /// What a sharded dataset's policy must be, besides valid: its request must
 /// have sufficient statistics to merge ([`check_sharded_request`]).

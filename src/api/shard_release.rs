@@ -216,24 +216,8 @@ fn validate_change(change: &mut ShardChange) -> Result<(), EngineError> {
     }
 }
 
-/// Whether `request` (for sharded dataset `d`) is a release or a release
-/// budget change, which this module coordinates.
-pub(super) fn is_sharded_change(d: &str, request: &Request) -> bool {
-    let path = request.uri().path();
-    let Some(rest) = path
-        .strip_prefix("/v1/datasets/")
-        .and_then(|p| p.strip_prefix(d))
-    else {
-        return false;
-    };
-    matches!(
-        (request.method(), rest),
-        (&Method::POST, "/releases") | (&Method::PUT, "/release-budget")
-    )
-}
-
 /// Answers a release or budget change of sharded dataset `layout.dataset`
-/// ([`is_sharded_change`]), run to its end even if the caller goes (owners
+/// (`cluster_routes::serve_sharded` sends them here), run to its end even if the caller goes (owners
 /// hold their shards' writes until it is decided).
 pub(super) async fn serve(
     state: Arc<AppState>,
