@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench store                       # SQLite in a temp dir under /tmp
-//! DPLEDGER_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench --bench store
+//! DPLEDGER_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:55432/test cargo bench --bench store
 //! ```
 //!
 //! Each record is one `StepPart` whose payload is a 4096-example step encoded with

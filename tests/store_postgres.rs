@@ -1,6 +1,6 @@
 //! The PostgreSQL event log against a real server.
 //!
-//! The server is `postgres://postgres@127.0.0.1:5432/test` (trust auth) unless
+//! The server is `postgres://postgres@127.0.0.1:55432/test` (trust auth) unless
 //! `DPLEDGER_TEST_POSTGRES_URL` names another. Each test works in its own schema
 //! (`t_<pid>_<n>_<nanos>`, selected with `options=-csearch_path=...` and dropped at
 //! the end), so tests run in parallel without colliding.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const URL_ENV: &str = "DPLEDGER_TEST_POSTGRES_URL";
 const SKIP_ENV: &str = "DPLEDGER_SKIP_POSTGRES";
-const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:55432/test";
 
 static SCHEMAS: AtomicU64 = AtomicU64::new(0);
 

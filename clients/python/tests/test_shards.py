@@ -1,7 +1,7 @@
 """Client-side splitting of a sharded dataset's steps (issue 26), against a real
 cluster: three ``dpledger serve --cluster`` processes on loopback over the
 PostgreSQL of the server's tests (``DPLEDGER_TEST_POSTGRES_URL``, default
-``postgres://postgres@127.0.0.1:5432/test``; a fresh schema made with
+``postgres://postgres@127.0.0.1:55432/test``; a fresh schema made with
 ``psql``). An unsharded dataset and a 4-shard one are fed the same seeded
 trace through the client: every answer is the unsharded one, no node forwards
 anything while the client reports (each part went straight to its owner), and
@@ -29,7 +29,7 @@ from dpledger.types import IndividualBudget, Problem, StepOutcome, to_json
 
 from conftest import binary, poisson_config
 
-PG = os.environ.get("DPLEDGER_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+PG = os.environ.get("DPLEDGER_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:55432/test")
 TTL_MS = 4000
 
 
