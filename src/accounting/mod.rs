@@ -9,6 +9,7 @@ pub mod composition;
 pub mod conversion;
 pub mod data_dependent;
 pub mod error;
+pub mod ex_post;
 pub mod grid;
 pub mod orders;
 pub mod pld;
