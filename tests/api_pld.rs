@@ -458,7 +458,7 @@ fn estimates_on_a_273_level_grid_are_cached_within_the_bound_and_never_above_rdp
     let (n, q, sigma, steps) = (12u64, 0.01, 1.0, 240u64);
     let config = json!({"examples": n, "max_grad_norm": 1.5, "rounding": 0.0055,
         "noise_multiplier": sigma, "sampling": {"kind": "poisson", "rate": q},
-        "delta": 1e-5});
+        "delta": 1e-5, "thresholds": "sampled"});
     let r = post(
         &format!("{}/v1/datasets", server.url),
         Some(&admin),

@@ -5,8 +5,8 @@ use dpledger::accounting::conversion::{epsilon_from_rdp, Conversion};
 use dpledger::accounting::grid::BucketGrid;
 use dpledger::accounting::sgm::{gaussian_rdp, sgm_rdp};
 use dpledger::ledger::{
-    replay, Clipping, DatasetConfig, ErrorKind, IndividualBudget, Ledger, LedgerError, Part,
-    Sampling, StepReport, FILTER_MARGIN, RETRY_WINDOW,
+    replay, Clipping, DatasetConfig, ErrorKind, IndividualBudget, Ledger, LedgerError, LedgerKind,
+    Part, PrivacyKind, Sampling, StepReport, FILTER_MARGIN, RETRY_WINDOW,
 };
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
@@ -252,6 +252,10 @@ fn random_config(rng: &mut Pcg64, n_max: u64) -> DatasetConfig {
         delta: DELTA,
         clipping: Clipping::PerExample,
         individual_budget: None,
+        thresholds: None,
+        refresh: None,
+        planned_steps: None,
+        ex_post: None,
     }
 }
 
@@ -367,16 +371,19 @@ fn check_against_naive(trace: &Trace, rho: &mut Rho) {
             .all(|(a, w)| *a <= *w * (1.0 + 1e-12)));
         let e = epsilon_from_rdp(&orders, &naive.acc[i], DELTA, Conversion::Improved);
         assert!(
-            close(p.epsilon, e.epsilon, 1e-9),
+            close(p.rdp_epsilon, e.epsilon, 1e-9),
             "example {i}: eps {} vs {}",
-            p.epsilon,
+            p.rdp_epsilon,
             e.epsilon
         );
+        // The sampled protocol's ledger is an estimate; the guarantee is the worst case.
+        assert_eq!(p.estimate.kind, PrivacyKind::Estimate);
+        assert_eq!(p.guarantee.kind, PrivacyKind::WorstCase);
+        assert!(p.ex_post.is_none());
         let c = epsilon_from_rdp(&orders, &naive.acc[i], DELTA, Conversion::Classic);
         assert!(close(all[i], c.epsilon, 1e-9));
         assert_eq!(thresholds[i], grid.value(naive.b[i]));
         assert_eq!(p.threshold, grid.value(naive.b[i]));
-        assert!(p.guarantee);
     }
 }
 
@@ -842,12 +849,11 @@ fn global_clipping_is_labelled_an_estimate() {
     ledger
         .step(&StepReport::new(0, vec![0], vec![0.2]))
         .unwrap();
-    assert!(
-        !ledger
-            .privacy(0, DELTA, Conversion::Improved)
-            .unwrap()
-            .guarantee
-    );
+    let p = ledger.privacy(0, DELTA, Conversion::Improved).unwrap();
+    assert_eq!(p.ledger, LedgerKind::Sampled);
+    assert_eq!(p.estimate.kind, PrivacyKind::Estimate);
+    assert_eq!(p.guarantee.kind, PrivacyKind::WorstCase);
+    assert!(p.ex_post.is_none());
     assert!(!ledger.status().guarantee);
 }
 
@@ -1016,6 +1022,10 @@ fn shuffle_mode_matches_the_naive_reference() {
             delta: DELTA,
             clipping: Clipping::PerExample,
             individual_budget: None,
+            thresholds: None,
+            refresh: None,
+            planned_steps: None,
+            ex_post: None,
         };
         let grid = config.grid().unwrap();
         let mut fast = Ledger::new(config).unwrap();

@@ -12,8 +12,8 @@ use super::task::run_to_completion;
 use crate::accounting::{validate, Conversion};
 use crate::engine::{Dataset, DatasetSetup};
 use crate::ledger::{
-    DatasetConfig, ExamplePrivacy, Ledger, LedgerStatus, PldEstimate, RefreshOutcome, StepOutcome,
-    StepReport, WorstCaseBounds,
+    DatasetConfig, ExamplePrivacy, Ledger, LedgerStatus, PldEstimate, RefreshDue, RefreshOutcome,
+    StepOutcome, StepReport, WorstCaseBounds,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -102,9 +102,17 @@ pub struct Thresholds {
     /// The ids of the range that the individual filter retired: leave them out of
     /// batches (a threshold of 0 alone may also mean a last norm of 0).
     pub retired: Vec<u64>,
+    /// Predictable mode: the scheduled refresh due before `next_step`, if any
+    /// (compute these examples' unclipped norms at the current model and POST
+    /// them to `.../refresh` before clipping the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_due: Option<RefreshDue>,
 }
 
-/// Full-batch norms for a refresh (spec §3.5).
+/// Unclipped norms for a refresh (spec §3.2): in the predictable mode exactly
+/// the ids the schedule calls for before the next step (retired ids may be
+/// left out; a full pass may come in several requests), all computed at one
+/// model state.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefreshRequest {
@@ -357,6 +365,7 @@ async fn thresholds(
                 next_step: ledger.next_step(),
                 thresholds,
                 retired: ledger.retired_in(start..end),
+                refresh_due: ledger.refresh_due(),
             })
         })
         .await?;

@@ -68,7 +68,14 @@ async fn create_inner(
         )
         .with_field("id"));
     }
-    body.config.validate()?;
+    body.config = body.config.clone().with_creation_defaults()?;
+    if body.config.refresh.is_some_and(|r| r.block.is_some()) {
+        return Err(Problem::bad_request(
+            "a sharded dataset takes full refresh passes only (refresh.full_every): a \
+             round-robin block is defined over the whole id space, which no shard sees",
+        )
+        .with_field("refresh.block"));
+    }
     let k = shards_for(&body.config, body.shards, state.limits.max_shard_examples)?;
     let n = body.config.examples;
     if body.labels.as_ref().is_some_and(|l| l.len() as u64 > n) {

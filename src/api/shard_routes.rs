@@ -688,9 +688,12 @@ async fn thresholds(shards: &Shards, range: ThresholdRange) -> Result<Thresholds
         next_step: u64::MAX,
         thresholds: Vec::with_capacity((end - start) as usize),
         retired: Vec::new(),
+        refresh_due: None,
     };
+    let mut due = Vec::new();
     for ((s, _), answer) in pieces.iter().zip(&answers) {
         let part: Thresholds = parse(answer).map_err(|e| *e)?;
+        due.push(part.refresh_due);
         let offset = layout.ranges[*s].start;
         merged.next_step = merged.next_step.min(part.next_step);
         merged.thresholds.extend(part.thresholds);
@@ -698,5 +701,7 @@ async fn thresholds(shards: &Shards, range: ThresholdRange) -> Result<Thresholds
             .retired
             .extend(part.retired.into_iter().map(|r| r + offset));
     }
+    // The full passes due on the shards the range touched, as one.
+    merged.refresh_due = crate::ledger::RefreshDue::merge(due.iter().map(Option::as_ref));
     Ok(merged)
 }

@@ -101,8 +101,9 @@ impl Dataset {
         Ok((example.bounded_by(pld), worst))
     }
 
-    /// Every example's epsilon `min(RDP_i, PLD worst)`, by id, for releases
-    /// (spec §8: their statistics use the guarantee, never the estimate).
+    /// Every example's released value, by id (spec §6): the ex-post bound in
+    /// the predictable mode, the ledger's epsilon otherwise, capped by the
+    /// public PLD worst case.
     pub fn bounded_epsilons(
         &self,
         ledger: &Ledger,
@@ -113,7 +114,7 @@ impl Dataset {
         let pld = worst.pld.map(|p| p.epsilon);
         Ok(blocking(|| ledger.all_epsilons(delta, conversion))?
             .into_iter()
-            .map(|e| crate::ledger::bounds::bounded_epsilon(e, pld).0)
+            .map(|e| crate::ledger::bounds::capped_value(e, pld))
             .collect())
     }
 }

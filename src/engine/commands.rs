@@ -99,6 +99,9 @@ impl Engine {
             }
             _ => super::cluster::check_no_epoch_steps(&config)?,
         }
+        // The threshold mode and the ex-post orders become explicit in the
+        // stored configuration, so that a replay never re-derives them.
+        let config = config.with_creation_defaults()?;
         let ledger = Ledger::new(config.clone())?;
         let settings = setup.records(id, &ledger)?;
         if let (Some(existing), Some(key)) = (self.datasets.get(id).map(|d| d.clone()), &key) {
@@ -393,6 +396,7 @@ fn refresh_answer(ledger: &Ledger, ids: &[u64], stored: &[u8]) -> EngineResult<R
         effective_step,
         thresholds,
         retired,
+        refresh_due: ledger.refresh_due(),
     })
 }
 

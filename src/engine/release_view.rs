@@ -38,7 +38,7 @@ use super::releases::{
 use super::{Engine, ReleaseOutcome};
 use crate::accounting::pld::PldEvent;
 use crate::accounting::Conversion;
-use crate::ledger::bounds::{bounded_epsilon, combine_worst_case, PldWorstCase};
+use crate::ledger::bounds::{capped_value, combine_worst_case, PldWorstCase};
 use crate::ledger::{Ledger, ViewToken, WorstCase};
 use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
 use crate::store::IdempotencyKey;
@@ -414,7 +414,7 @@ impl EpsilonPass {
             self.read_chunk(start, &mut epsilons)?;
         }
         for e in &mut epsilons {
-            *e = bounded_epsilon(*e, self.pld_epsilon).0;
+            *e = capped_value(*e, self.pld_epsilon);
         }
         Ok(epsilons)
     }

@@ -4,12 +4,13 @@
 //! spec §3–§5) and the PLD worst case (spec §8), which is tighter but
 //! data-independent. Both are guarantees, so their minimum is one too:
 //! - the worst case reported is `min(eps_PLD, eps_RDP)`, naming the method;
-//! - an example's epsilon is `min(eps_RDP_i, eps_PLD_worst)`, naming the bound.
+//! - an example's guarantee is bounded by the PLD worst case too, naming the bound;
+//! - a value released for an example is capped by the public worst case.
 //!
 //! These pure functions are shared by the server and `dpledger replay`, so an
 //! offline replay reproduces exactly what is served.
 
-use super::protocol::{Bound, ExamplePrivacy, WorstCase};
+use super::protocol::{Bound, ExamplePrivacy, PrivacyKind, WorstCase};
 use crate::accounting::pld::{self, PldEvent, PldOptions};
 use serde::{Deserialize, Serialize};
 
@@ -88,22 +89,29 @@ pub fn combine_worst_case(rdp: WorstCase, pld: Result<PldWorstCase, String>) -> 
     }
 }
 
-/// An example's epsilon: `min(per-instance RDP, PLD worst case)` and its source.
-pub fn bounded_epsilon(per_instance_rdp: f64, worst_case_pld: Option<f64>) -> (f64, Bound) {
-    match worst_case_pld {
-        Some(w) if w < per_instance_rdp => (w, Bound::WorstCasePld),
-        _ => (per_instance_rdp, Bound::PerInstanceRdp),
+impl ExamplePrivacy {
+    /// Bound the example's guarantee by the PLD worst case too (spec §8): the
+    /// smaller of two proven bounds is one.
+    pub fn bounded_by(mut self, worst_case_pld: Option<f64>) -> Self {
+        if let Some(w) = worst_case_pld {
+            if w < self.epsilon {
+                self.epsilon = w;
+                self.bound = Bound::WorstCasePld;
+                self.guarantee.epsilon = w;
+                self.guarantee.kind = PrivacyKind::WorstCase;
+            }
+        }
+        self.worst_case_pld_epsilon = worst_case_pld;
+        self
     }
 }
 
-impl ExamplePrivacy {
-    /// Bound the example's epsilon by the PLD worst case too (spec §8).
-    pub fn bounded_by(mut self, worst_case_pld: Option<f64>) -> Self {
-        let (epsilon, bound) = bounded_epsilon(self.rdp_epsilon, worst_case_pld);
-        self.epsilon = epsilon;
-        self.bound = bound;
-        self.worst_case_pld_epsilon = worst_case_pld;
-        self
+/// A value released for an example (spec §6), capped by the public worst
+/// case `cap` (the PLD worst case when there is one).
+pub fn capped_value(value: f64, cap: Option<f64>) -> f64 {
+    match cap {
+        Some(c) if c < value => c,
+        _ => value,
     }
 }
 
@@ -140,13 +148,10 @@ mod tests {
     }
 
     #[test]
-    fn an_example_gets_the_smaller_bound() {
-        assert_eq!(
-            bounded_epsilon(0.3, Some(1.5)),
-            (0.3, Bound::PerInstanceRdp)
-        );
-        assert_eq!(bounded_epsilon(1.7, Some(1.5)), (1.5, Bound::WorstCasePld));
-        assert_eq!(bounded_epsilon(1.7, None), (1.7, Bound::PerInstanceRdp));
+    fn a_released_value_is_capped_by_the_public_worst_case() {
+        assert_eq!(capped_value(0.3, Some(1.5)), 0.3);
+        assert_eq!(capped_value(1.7, Some(1.5)), 1.5);
+        assert_eq!(capped_value(1.7, None), 1.7);
     }
 
     #[test]

@@ -63,6 +63,51 @@ pub enum Clipping {
     Global,
 }
 
+/// Whether thresholds are predictable, which decides what per-example numbers
+/// may claim (spec §3, §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ThresholdMode {
+    /// Thresholds change only at refreshes on the public schedule declared at
+    /// creation; a step report never moves one. Every example is charged at
+    /// its threshold (the threshold ledger), which is predictable from the
+    /// released outputs: the individual filter's guarantee and the ex-post
+    /// bound hold (spec §7, §10). The default for new datasets.
+    Predictable,
+    /// The old protocol: a step report moves a sampled example's threshold to
+    /// its observed norm. Later charges then depend on the example's hidden
+    /// sampling bits and can under-charge (spec §10), so every per-example
+    /// number is an estimate and only the worst case is a guarantee. Datasets
+    /// created before the predictable mode existed replay in this mode.
+    Sampled,
+}
+
+/// The public refresh schedule of the predictable mode (spec §3.2): which
+/// examples' unclipped norms the trainer reports, computed at one model state,
+/// before which steps. Fixed at creation, independent of the sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshSchedule {
+    /// A full pass (every example) before steps `0, E, 2E, ...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_every: Option<u64>,
+    /// A round-robin block of `m` ids before every step `t`: ids
+    /// `(t*m + j) mod n` for `j < m` (covered by a full pass when both are due).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u64>,
+}
+
+/// The order set and weights of the ex-post bound (spec §10), fixed at
+/// creation from public information.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExPostOrders {
+    /// Rényi orders, a sorted subset of the dataset's orders.
+    pub orders: Vec<f64>,
+    /// Positive weights summing to 1, one per order.
+    pub weights: Vec<f64>,
+}
+
 /// Per-example privacy budget for the individual filter (spec §7).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -100,6 +145,23 @@ pub struct DatasetConfig {
     /// Optional individual budget: enables the individual filter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub individual_budget: Option<IndividualBudget>,
+    /// Predictable thresholds (the default when a dataset is created) or the
+    /// old sampled protocol. Absent only in configurations stored before the
+    /// predictable mode existed, which replay as `sampled`
+    /// ([`DatasetConfig::threshold_mode`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<ThresholdMode>,
+    /// The predictable mode's refresh schedule (none: thresholds stay at `C`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshSchedule>,
+    /// Steps the run plans (public); the default ex-post order set is aimed at
+    /// them. Default: twenty epochs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_steps: Option<u64>,
+    /// The ex-post bound's orders and weights (predictable mode; filled in at
+    /// creation when absent, see [`DatasetConfig::with_creation_defaults`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ex_post: Option<ExPostOrders>,
 }
 
 impl DatasetConfig {
@@ -122,7 +184,75 @@ impl DatasetConfig {
             delta,
             clipping: Clipping::PerExample,
             individual_budget: None,
+            thresholds: Some(ThresholdMode::Sampled),
+            refresh: None,
+            planned_steps: None,
+            ex_post: None,
         }
+    }
+
+    /// The threshold mode in force: `sampled` for a configuration stored
+    /// before the predictable mode existed (nothing is relabelled up).
+    pub fn threshold_mode(&self) -> ThresholdMode {
+        self.thresholds.unwrap_or(ThresholdMode::Sampled)
+    }
+
+    /// True when thresholds are predictable and clipping per example: the
+    /// threshold ledger then supports the filter's guarantee and the ex-post
+    /// bound (spec §7, §10).
+    pub fn is_predictable(&self) -> bool {
+        self.threshold_mode() == ThresholdMode::Predictable && self.clipping == Clipping::PerExample
+    }
+
+    /// The configuration a new dataset is created with: the threshold mode
+    /// made explicit (predictable, unless clipping is global or batches are
+    /// shuffled, where only the sampled protocol exists) and, in the
+    /// predictable mode, the ex-post order set aimed at the planned steps.
+    /// The result is what the log stores, so a replay never re-derives it.
+    pub fn with_creation_defaults(mut self) -> Result<Self> {
+        if self.thresholds.is_none() {
+            let predictable = self.clipping == Clipping::PerExample
+                && matches!(self.sampling, Sampling::Poisson { .. });
+            self.thresholds = Some(if predictable {
+                ThresholdMode::Predictable
+            } else {
+                ThresholdMode::Sampled
+            });
+        }
+        self.validate()?;
+        if self.is_predictable() && self.ex_post.is_none() {
+            let orders = self.sorted_orders()?;
+            let grid = self.grid()?;
+            let rate = match self.sampling {
+                Sampling::Poisson { rate } => rate,
+                Sampling::Shuffle { .. } => 1.0,
+            };
+            let mechanism = crate::accounting::table::StepMechanism::Poisson {
+                q: rate,
+                sigma: self.noise_multiplier,
+            };
+            let chosen = crate::accounting::ex_post::default_ex_post_orders(
+                &orders,
+                mechanism,
+                self.planned_steps_or_default(),
+                &grid,
+                self.delta,
+            );
+            let weights = crate::accounting::ex_post::equal_weights(chosen.len());
+            self.ex_post = Some(ExPostOrders {
+                orders: chosen,
+                weights,
+            });
+        }
+        Ok(self)
+    }
+
+    /// The planned steps, or twenty epochs (`20 / q` Poisson steps).
+    pub fn planned_steps_or_default(&self) -> u64 {
+        self.planned_steps.unwrap_or(match self.sampling {
+            Sampling::Poisson { rate } => (20.0 / rate).ceil().min(1e12) as u64,
+            Sampling::Shuffle { .. } => 20 * self.steps_per_epoch().unwrap_or(1),
+        })
     }
 
     /// Check every field, naming the first bad one (`sampling.rate`,
@@ -186,6 +316,71 @@ impl DatasetConfig {
             validate::positive("individual_budget.epsilon", budget.epsilon)?;
             validate::delta("individual_budget.delta", budget.delta)?;
         }
+        self.validate_threshold_mode()
+    }
+
+    /// The predictable mode's settings: only there, Poisson only, a schedule
+    /// with positive periods, ex-post orders a weighted subset of the orders.
+    fn validate_threshold_mode(&self) -> Result<()> {
+        let mode = self.threshold_mode();
+        if mode == ThresholdMode::Predictable {
+            if self.clipping == Clipping::Global {
+                return Err(InvalidArgument::new(
+                    "thresholds",
+                    "global clipping has no per-example thresholds to predict; use \"sampled\" (every per-example number is then an estimate)",
+                ));
+            }
+            if matches!(self.sampling, Sampling::Shuffle { .. }) {
+                return Err(InvalidArgument::new(
+                    "thresholds",
+                    "shuffled batches support only \"sampled\" thresholds for now (every per-example number an estimate; the worst case stays a guarantee)",
+                ));
+            }
+        }
+        if let Some(schedule) = self.refresh {
+            if mode != ThresholdMode::Predictable {
+                return Err(InvalidArgument::new(
+                    "refresh",
+                    "a refresh schedule belongs to the predictable mode (\"thresholds\": \"predictable\"); the sampled mode takes refreshes at any time",
+                ));
+            }
+            if schedule.full_every == Some(0) {
+                return Err(InvalidArgument::new(
+                    "refresh.full_every",
+                    "must be at least 1",
+                ));
+            }
+            match schedule.block {
+                Some(0) => return Err(InvalidArgument::new("refresh.block", "must be at least 1")),
+                Some(m) if m > self.examples => return Err(InvalidArgument::new(
+                    "refresh.block",
+                    format!(
+                        "must be at most examples = {}, got {m} (use full_every for full passes)",
+                        self.examples
+                    ),
+                )),
+                _ => {}
+            }
+        }
+        if let Some(ex_post) = &self.ex_post {
+            if mode != ThresholdMode::Predictable {
+                return Err(InvalidArgument::new(
+                    "ex_post",
+                    "the ex-post bound exists only in the predictable mode",
+                ));
+            }
+            crate::accounting::ex_post::validate_ex_post_orders(&ex_post.orders, &ex_post.weights)?;
+            let orders = self.sorted_orders()?;
+            if let Some(a) = ex_post.orders.iter().find(|a| !orders.contains(a)) {
+                return Err(InvalidArgument::new(
+                    "ex_post.orders",
+                    format!("{a} is not one of the dataset's orders"),
+                ));
+            }
+        }
+        if self.planned_steps == Some(0) {
+            return Err(InvalidArgument::new("planned_steps", "must be at least 1"));
+        }
         Ok(())
     }
 
@@ -238,8 +433,9 @@ impl DatasetConfig {
         Ok(orders)
     }
 
-    /// True when per-example numbers are a guarantee (per-example clipping).
+    /// True when the ledger's per-example numbers support a proven statement
+    /// (the predictable mode with per-example clipping, spec §10).
     pub fn is_guarantee(&self) -> bool {
-        self.clipping == Clipping::PerExample
+        self.is_predictable()
     }
 }

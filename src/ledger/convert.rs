@@ -17,9 +17,61 @@ pub(crate) struct Converter {
     /// Improved: `(ln delta + ln alpha)/(alpha-1)`; classic: `ln delta/(alpha-1)`.
     sub: Vec<f64>,
     conversion: Conversion,
+    /// Set: the ex-post bound (spec §10) instead of the optimal conversion.
+    ex_post: Option<ExPostSpec>,
+}
+
+/// The ex-post bound's orders (as indexes into the ledger's orders), their
+/// weights and delta.
+#[derive(Debug, Clone)]
+struct ExPostSpec {
+    indexes: Vec<usize>,
+    orders: Vec<f64>,
+    weights: Vec<f64>,
+    delta: f64,
 }
 
 impl Converter {
+    /// The ex-post bound (spec §10) of RDP vectors over `orders` at `delta`,
+    /// at the subset `ex_post` names (validated at creation: a subset of
+    /// `orders`). The order reported is the subset's first.
+    pub(crate) fn ex_post(
+        orders: &[f64],
+        ex_post: &crate::ledger::config::ExPostOrders,
+        delta: f64,
+    ) -> Self {
+        let indexes = ex_post
+            .orders
+            .iter()
+            .filter_map(|a| orders.iter().position(|b| b == a))
+            .collect();
+        Self {
+            ex_post: Some(ExPostSpec {
+                indexes,
+                orders: ex_post.orders.clone(),
+                weights: ex_post.weights.clone(),
+                delta,
+            }),
+            ..Self::new(orders, delta, Conversion::Improved)
+        }
+    }
+
+    /// The ex-post bound of `rdp`, when this converter computes it.
+    #[inline]
+    fn ex_post_of(&self, rdp: &[f64]) -> Option<EpsilonAtOrder> {
+        let spec = self.ex_post.as_ref()?;
+        let values: Vec<f64> = spec.indexes.iter().map(|&j| rdp[j]).collect();
+        Some(EpsilonAtOrder {
+            epsilon: crate::accounting::ex_post::ex_post_epsilon(
+                &spec.orders,
+                &spec.weights,
+                &values,
+                spec.delta,
+            ),
+            order: spec.orders.first().copied().unwrap_or(f64::NAN),
+        })
+    }
+
     /// Constants for `orders` (finite, `> 1`) at `delta` in `(0, 1)`.
     pub(crate) fn new(orders: &[f64], delta: f64, conversion: Conversion) -> Self {
         let (add, sub) = match conversion {
@@ -40,6 +92,7 @@ impl Converter {
             add,
             sub,
             conversion,
+            ex_post: None,
         }
     }
 
@@ -50,6 +103,9 @@ impl Converter {
 
     /// The optimal epsilon (clamped at 0) and its order, as `epsilon_from_rdp`.
     pub(crate) fn epsilon(&self, rdp: &[f64]) -> EpsilonAtOrder {
+        if let Some(e) = self.ex_post_of(rdp) {
+            return e;
+        }
         let mut best = EpsilonAtOrder {
             epsilon: f64::INFINITY,
             order: self.orders.first().copied().unwrap_or(f64::NAN),
@@ -83,6 +139,9 @@ impl Converter {
     /// (`ledger/dataset/pass.rs`) calls it once per example.
     #[inline(always)]
     pub(crate) fn epsilon_fixed<const M: usize>(&self, rdp: &[f64; M]) -> EpsilonAtOrder {
+        if let Some(e) = self.ex_post_of(rdp) {
+            return e;
+        }
         const LANES: usize = 8;
         let add: &[f64; M] = self.add[..M].try_into().expect("M orders");
         let sub: &[f64; M] = self.sub[..M].try_into().expect("M orders");

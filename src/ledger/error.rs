@@ -84,6 +84,34 @@ pub enum LedgerError {
         /// What was refused (e.g. "a refresh").
         action: &'static str,
     },
+    /// Predictable mode: the refresh scheduled before this step has not fully
+    /// arrived, so the trainer may not have clipped at the thresholds the
+    /// ledger charges (spec §3.2).
+    #[error(
+        "step {step} needs the scheduled refresh first: {missing} of the {count} ids due \
+         ({due}) have not arrived; send POST .../refresh with their unclipped norms, \
+         computed at the model before step {step}"
+    )]
+    RefreshDue {
+        /// The refused step.
+        step: u64,
+        /// Due ids not received (retired ids excepted).
+        missing: u64,
+        /// Ids due before the step.
+        count: u64,
+        /// Which ids are due, in words.
+        due: String,
+    },
+    /// Predictable mode: a refresh that the public schedule does not call for
+    /// (another time, other ids, or ids already refreshed); thresholds may
+    /// change only on the schedule declared at creation (spec §3.2).
+    #[error("refresh refused before step {step}: {reason}")]
+    OffSchedule {
+        /// The step the refresh would take effect at.
+        step: u64,
+        /// Why it is off the schedule.
+        reason: String,
+    },
 }
 
 impl LedgerError {
@@ -95,7 +123,9 @@ impl LedgerError {
             | LedgerError::Conflict { .. }
             | LedgerError::Archived { .. }
             | LedgerError::EpochViolation { .. }
-            | LedgerError::StepInProgress { .. } => ErrorKind::Conflict,
+            | LedgerError::StepInProgress { .. }
+            | LedgerError::RefreshDue { .. }
+            | LedgerError::OffSchedule { .. } => ErrorKind::Conflict,
         }
     }
 

@@ -83,10 +83,14 @@ mod pld_events;
 mod prefix;
 mod protocol;
 pub mod replay;
+mod served;
 pub mod wire;
 
 pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
-pub use config::{Clipping, DatasetConfig, IndividualBudget, Sampling, MAX_EXAMPLES, MAX_ORDERS};
+pub use config::{
+    Clipping, DatasetConfig, ExPostOrders, IndividualBudget, RefreshSchedule, Sampling,
+    ThresholdMode, MAX_EXAMPLES, MAX_ORDERS,
+};
 pub use dataset::{
     read_bytes, table_cache, ArchiveSummary, ArchivedExample, Ledger, LevelCount, LevelHistory,
     SegmentParams, SnapshotError, ViewToken, MAX_PARTS, MAX_SEGMENTS, RETRY_WINDOW,
@@ -96,7 +100,8 @@ pub use error::{ErrorKind, LedgerError};
 pub use estimate::{EstimateInput, LevelSteps, PldEstimate};
 pub use filter::FILTER_MARGIN;
 pub use protocol::{
-    check_norms, Bound, ExamplePrivacy, FilterStatus, LedgerStatus, Part, PendingStatus,
-    RefreshOutcome, StepOutcome, StepReport, WorstCase,
+    check_norms, Bound, ExamplePrivacy, FilterStatus, LedgerKind, LedgerStatus, Part,
+    PendingStatus, PrivacyKind, PrivacyPart, RefreshDue, RefreshOutcome, StepOutcome, StepReport,
+    WorstCase,
 };
 pub use replay::{replay, ReplayError, ReplayExample, ReplayReport};

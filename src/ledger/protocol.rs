@@ -122,6 +122,51 @@ pub struct StepOutcome {
     /// 0 (the trainer must stop sampling them or clip them to zero). Sorted; only
     /// in the answer of the part that completes the step.
     pub retired: Vec<u64>,
+    /// Predictable mode: the scheduled refresh due before the next step, if
+    /// any (only in the answer of the part that completes the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_due: Option<RefreshDue>,
+}
+
+/// The refresh that the public schedule calls for before a step (predictable
+/// mode, spec §3.2): the trainer computes these examples' unclipped norms at
+/// the current model and sends them before it clips the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RefreshDue {
+    /// The step the refresh must arrive before (its thresholds apply from it).
+    pub before_step: u64,
+    /// True for a full pass (every example); false for a round-robin block.
+    pub full: bool,
+    /// The block's first id: the ids due are `(first_id + j) mod examples` for
+    /// `j < count` (a full pass: `0..examples`).
+    pub first_id: u64,
+    /// How many ids are due (retired ids may be left out).
+    pub count: u64,
+    /// How many of them have arrived so far.
+    pub received: u64,
+}
+
+impl RefreshDue {
+    /// A sharded dataset's due refresh from its shards' (each a full pass
+    /// over its own ids): one full pass over all of them, or `None` when no
+    /// shard has one due.
+    pub fn merge<'a>(parts: impl IntoIterator<Item = Option<&'a RefreshDue>>) -> Option<Self> {
+        parts
+            .into_iter()
+            .flatten()
+            .fold(None, |acc: Option<Self>, d| {
+                Some(match acc {
+                    None => d.clone(),
+                    Some(a) => RefreshDue {
+                        before_step: a.before_step.max(d.before_step),
+                        full: a.full && d.full,
+                        first_id: 0,
+                        count: a.count + d.count,
+                        received: a.received + d.received,
+                    },
+                })
+            })
+    }
 }
 
 /// The answer to a full-batch refresh.
@@ -134,20 +179,41 @@ pub struct RefreshOutcome {
     /// Ids the individual filter retires before `effective_step` because a raised
     /// threshold would let the next step push them over budget.
     pub retired: Vec<u64>,
+    /// Predictable mode: what of the scheduled refresh is still due before
+    /// `effective_step` (`received == count` once complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_due: Option<RefreshDue>,
 }
 
-/// Per-example privacy at the current step.
+/// Per-example privacy at the current step: three numbers with three
+/// meanings (spec §10), each labelled with its kind and delta. Only
+/// `guarantee` is a proven (epsilon, delta)-DP statement; the top-level
+/// `epsilon` is always the guarantee.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExamplePrivacy {
     /// The example.
     pub id: u64,
-    /// Its (epsilon, delta)-DP epsilon at the requested delta: the smaller of
-    /// its per-instance RDP epsilon and the dataset's PLD worst case (spec §8),
-    /// both proven bounds.
+    /// The guarantee's epsilon (`guarantee.epsilon`): the (epsilon,
+    /// delta)-DP of the whole run for this example.
     pub epsilon: f64,
-    /// The bound that gave `epsilon`.
+    /// The delta of every part.
+    pub delta: f64,
+    /// Which bound gave `epsilon`.
     pub bound: Bound,
-    /// Its per-instance RDP epsilon (spec §5).
+    /// Ex ante: the worst case (PLD or RDP, valid for every example), or with
+    /// the individual filter in the predictable mode, `min(eps(B), worst case)`.
+    pub guarantee: PrivacyPart,
+    /// Ex post, output-specific (predictable mode only; `null` otherwise): in
+    /// this run, except with probability delta, what was released reveals at
+    /// most this much about the example. Not DP of the mechanism.
+    pub ex_post: Option<PrivacyPart>,
+    /// The ledger's epsilon by the improved conversion: an estimate, never a
+    /// guarantee (a realized sum is not a bound, spec §10).
+    pub estimate: PrivacyPart,
+    /// Which ledger `rdp`, `rdp_epsilon` and the estimate come from.
+    pub ledger: LedgerKind,
+    /// `estimate.epsilon` (the number served as per-instance before the
+    /// predictable mode; kept so that older readers find it).
     pub rdp_epsilon: f64,
     /// The dataset's PLD worst-case epsilon at the same delta (`null` when none).
     pub worst_case_pld_epsilon: Option<f64>,
@@ -160,22 +226,60 @@ pub struct ExamplePrivacy {
     /// True when the individual filter has retired it.
     pub retired: bool,
     /// True when a step with overridden hyperparameters (or a release) pushed it
-    /// past its individual budget before it could be retired.
+    /// past its individual budget before it could be retired: its guarantee
+    /// falls back to the worst case.
     pub over_budget: bool,
     /// Its current clipping threshold (for the next step).
     pub threshold: f64,
-    /// False when the dataset is clipped globally: then this is an estimate.
-    pub guarantee: bool,
 }
 
-/// Which bound gave an example's epsilon (spec §8).
+/// One labelled number of an example's privacy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PrivacyPart {
+    /// What the number means.
+    pub kind: PrivacyKind,
+    /// Its epsilon.
+    pub epsilon: f64,
+    /// Its delta.
+    pub delta: f64,
+}
+
+/// What a per-example number means (spec §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrivacyKind {
+    /// (epsilon, delta)-DP of the run for every example (PLD or RDP worst case).
+    WorstCase,
+    /// (epsilon, delta)-DP of the run for this example through the individual
+    /// filter (Feldman & Zrnic): its threshold ledger never exceeds its budget.
+    IndividualFilter,
+    /// The ex-post bound: `P'(L > epsilon) <= delta` for the released transcript.
+    ExPost,
+    /// An estimate: no proven statement.
+    Estimate,
+}
+
+/// Which per-example ledger a number comes from (spec §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerKind {
+    /// Every example charged at its predictable threshold (the predictable mode).
+    Threshold,
+    /// The old protocol's ledger, thresholds moved by sampled reports (or
+    /// global clipping): estimates only.
+    Sampled,
+}
+
+/// Which bound gave an example's `epsilon` (spec §8, §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
-    /// The example's own RDP ledger (spec §3, §5).
-    PerInstanceRdp,
     /// The dataset's PLD worst case, which holds for every example (spec §8).
     WorstCasePld,
+    /// The dataset's RDP worst case (spec §4).
+    WorstCaseRdp,
+    /// The individual filter's budget (spec §7).
+    IndividualFilter,
 }
 
 /// The data-independent RDP accountant (spec §4) at the current step.

@@ -15,11 +15,11 @@
 //! is built for throughput: one reused line buffer, no per-step copies, and JSON
 //! parsing on the calling thread overlapped with the ledger's work on a worker.
 
-use super::bounds::{bounded_epsilon, combine_worst_case, pld_worst_case, WorstCaseBounds};
+use super::bounds::{combine_worst_case, pld_worst_case, WorstCaseBounds};
 use super::config::{Clipping, DatasetConfig, Sampling};
 use super::dataset::Ledger;
-use super::protocol::Bound;
 use super::protocol::StepReport;
+use super::protocol::{Bound, PrivacyPart};
 use crate::accounting::conversion::Conversion;
 use crate::accounting::{trace_line, validate};
 use serde::{Deserialize, Serialize};
@@ -51,11 +51,17 @@ impl ReplayError {
 pub struct ReplayExample {
     /// The example.
     pub id: u64,
-    /// Its epsilon at the replay's delta: `min(rdp_epsilon, PLD worst case)`.
+    /// Its guarantee's epsilon at the replay's delta, as served.
     pub epsilon: f64,
     /// The bound that gave `epsilon`.
     pub bound: Bound,
-    /// Its per-instance RDP epsilon.
+    /// The guarantee (worst case, or the individual filter's), as served.
+    pub guarantee: PrivacyPart,
+    /// The ex-post bound (predictable mode only), as served.
+    pub ex_post: Option<PrivacyPart>,
+    /// The estimate, as served.
+    pub estimate: PrivacyPart,
+    /// The ledger's epsilon (`estimate.epsilon`).
     pub rdp_epsilon: f64,
     /// The optimal order of `rdp_epsilon`.
     pub order: f64,
@@ -63,7 +69,7 @@ pub struct ReplayExample {
 
 /// The result of a replay. Serialises to
 /// `{"worst_case": {"epsilon", "method", "steps", "pld", "rdp": {"epsilon", "order", ...}},
-/// "examples": [{"id", "epsilon", "bound", "rdp_epsilon", "order"}, ...]}`
+/// "examples": [{"id", "epsilon", "bound", "guarantee", "ex_post", "estimate", "rdp_epsilon", "order"}, ...]}`
 /// with examples sorted by id (the served shapes); the other fields feed
 /// [`ReplayReport::to_text`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,22 +195,24 @@ pub fn replay<R: BufRead>(
     };
     let worst = combine_worst_case(rdp_worst, pld);
     let pld_epsilon = worst.pld.map(|p| p.epsilon);
-    let examples = ledger
-        .epsilons(delta, conversion)
-        .map_err(|e| ReplayError::at(0, e.to_string()))?
-        .into_iter()
-        .enumerate()
-        .map(|(id, e)| {
-            let (epsilon, bound) = bounded_epsilon(e.epsilon, pld_epsilon);
-            ReplayExample {
-                id: id as u64,
-                epsilon,
-                bound,
-                rdp_epsilon: e.epsilon,
-                order: e.order,
-            }
+    let examples = (0..ledger.examples())
+        .map(|id| {
+            let p = ledger
+                .privacy(id, delta, conversion)
+                .map_err(|e| ReplayError::at(0, e.to_string()))?
+                .bounded_by(pld_epsilon);
+            Ok(ReplayExample {
+                id,
+                epsilon: p.epsilon,
+                bound: p.bound,
+                guarantee: p.guarantee,
+                ex_post: p.ex_post,
+                estimate: p.estimate,
+                rdp_epsilon: p.rdp_epsilon,
+                order: p.order,
+            })
         })
-        .collect();
+        .collect::<Result<_, ReplayError>>()?;
     Ok(ReplayReport {
         worst_case: worst,
         examples,
@@ -278,6 +286,10 @@ fn start(line: TraceLine, line_no: usize, delta: f64) -> Result<Ledger, ReplayEr
         delta,
         clipping: Clipping::PerExample,
         individual_budget: None,
+        thresholds: None,
+        refresh: None,
+        planned_steps: None,
+        ex_post: None,
     };
     Ledger::new(config).map_err(|e| ReplayError::at(line_no, format!("dataset: {e}")))
 }

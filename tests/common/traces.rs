@@ -43,7 +43,7 @@ pub fn config(
     };
     let mut config = json!({"examples": n, "max_grad_norm": 1.0, "rounding": 0.05,
         "noise_multiplier": 1.1, "sampling": sampling, "delta": 1e-5,
-        "orders": [2.0, 4.0, 8.0, 16.0, 32.0]});
+        "orders": [2.0, 4.0, 8.0, 16.0, 32.0], "thresholds": "sampled"});
     if filter {
         // Shuffle charges a full Gaussian per processing: a larger budget.
         let epsilon = if shuffle { 8.0 } else { 3.0 };

@@ -69,3 +69,6 @@ pub use types::{
 pub use types::{
     DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
 };
+pub use types::{
+    ExPostOrders, LedgerKind, PrivacyKind, PrivacyPart, RefreshDue, RefreshSchedule, ThresholdMode,
+};

@@ -58,6 +58,38 @@ pub struct IndividualBudget {
     pub delta: f64,
 }
 
+/// Whether thresholds are predictable (the server's default) or move with
+/// sampled reports (the old protocol: every per-example number an estimate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThresholdMode {
+    /// Thresholds change only at scheduled refreshes; per-example guarantees
+    /// (through the filter) and ex-post bounds hold.
+    Predictable,
+    /// A step report moves a sampled example's threshold: estimates only.
+    Sampled,
+}
+
+/// The predictable mode's public refresh schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RefreshSchedule {
+    /// A full pass before steps `0, E, 2E, ...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_every: Option<u64>,
+    /// A round-robin block of `m` ids `(t*m + j) mod n` before every step `t`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u64>,
+}
+
+/// The ex-post bound's orders and weights, fixed at creation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExPostOrders {
+    /// Rényi orders (a subset of the dataset's).
+    pub orders: Vec<f64>,
+    /// Positive weights summing to 1.
+    pub weights: Vec<f64>,
+}
+
 /// Everything fixed when a dataset's ledger is created.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatasetConfig {
@@ -83,6 +115,18 @@ pub struct DatasetConfig {
     /// Optional individual budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub individual_budget: Option<IndividualBudget>,
+    /// The threshold mode (server default: predictable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<ThresholdMode>,
+    /// The predictable mode's refresh schedule (none: thresholds stay at `C`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshSchedule>,
+    /// Steps the run plans (aims the default ex-post orders).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_steps: Option<u64>,
+    /// The ex-post orders (server default: derived at creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ex_post: Option<ExPostOrders>,
 }
 
 impl DatasetConfig {
@@ -105,6 +149,10 @@ impl DatasetConfig {
             delta,
             clipping: Clipping::PerExample,
             individual_budget: None,
+            thresholds: None,
+            refresh: None,
+            planned_steps: None,
+            ex_post: None,
         }
     }
 }
@@ -277,10 +325,72 @@ pub struct WorstCaseBounds {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
-    /// The example's own RDP ledger.
-    PerInstanceRdp,
     /// The dataset's PLD worst case, which holds for every example.
     WorstCasePld,
+    /// The dataset's RDP worst case.
+    WorstCaseRdp,
+    /// The individual filter's budget (predictable mode).
+    IndividualFilter,
+}
+
+/// What a per-example number means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrivacyKind {
+    /// (epsilon, delta)-DP of the run for every example.
+    WorstCase,
+    /// (epsilon, delta)-DP of the run for this example through the filter.
+    IndividualFilter,
+    /// Ex post: `P'(L > epsilon) <= delta` for the released transcript.
+    ExPost,
+    /// No proven statement.
+    Estimate,
+}
+
+/// One labelled number of an example's privacy.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct PrivacyPart {
+    /// What it means.
+    pub kind: PrivacyKind,
+    /// Its epsilon (`+inf` when unbounded).
+    #[serde(deserialize_with = "f64_or_inf")]
+    pub epsilon: f64,
+    /// Its delta.
+    pub delta: f64,
+}
+
+/// Which per-example ledger the numbers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerKind {
+    /// Every example at its predictable threshold.
+    Threshold,
+    /// The old protocol's ledger (estimates only).
+    Sampled,
+}
+
+/// The refresh the schedule calls for before a step (predictable mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshDue {
+    /// The step it must arrive before.
+    pub before_step: u64,
+    /// A full pass (every example) or a round-robin block.
+    pub full: bool,
+    /// The block's first id: ids `(first_id + j) mod examples`, `j < count`.
+    pub first_id: u64,
+    /// Ids due.
+    pub count: u64,
+    /// Ids received so far.
+    pub received: u64,
+}
+
+impl RefreshDue {
+    /// The ids due, given the dataset's number of examples.
+    pub fn ids(&self, examples: u64) -> Vec<u64> {
+        (0..self.count)
+            .map(|j| (self.first_id + j) % examples.max(1))
+            .collect()
+    }
 }
 
 /// One part of a step that data-parallel workers report separately.
@@ -344,6 +454,9 @@ pub struct StepOutcome {
     pub thresholds: Vec<f64>,
     /// Ids retired by the individual filter from the next step on (sorted).
     pub retired: Vec<u64>,
+    /// The scheduled refresh due before the next step (predictable mode).
+    #[serde(default)]
+    pub refresh_due: Option<RefreshDue>,
 }
 
 /// Current clipping thresholds of a range of examples.
@@ -359,6 +472,9 @@ pub struct Thresholds {
     /// may also mean a last norm of 0).
     #[serde(default)]
     pub retired: Vec<u64>,
+    /// The scheduled refresh due before `next_step` (predictable mode).
+    #[serde(default)]
+    pub refresh_due: Option<RefreshDue>,
 }
 
 /// Body of `POST /v1/datasets/{d}/refresh`.
@@ -377,6 +493,9 @@ pub struct RefreshOutcome {
     pub thresholds: Vec<f64>,
     /// Ids the individual filter retires before `effective_step`.
     pub retired: Vec<u64>,
+    /// What of the scheduled refresh is still due (predictable mode).
+    #[serde(default)]
+    pub refresh_due: Option<RefreshDue>,
 }
 
 /// Which RDP-to-(epsilon, delta) conversion a query uses.
@@ -436,13 +555,24 @@ impl PrivacyQuery {
 pub struct ExamplePrivacy {
     /// The example.
     pub id: u64,
-    /// Its epsilon at the requested delta (`+inf` when unbounded): the smaller of
-    /// its per-instance RDP epsilon and the dataset's PLD worst case.
+    /// The guarantee's epsilon (`+inf` when unbounded): the (epsilon,
+    /// delta)-DP of the run for this example.
     #[serde(deserialize_with = "f64_or_inf")]
     pub epsilon: f64,
+    /// The delta of every part.
+    pub delta: f64,
     /// The bound that gave `epsilon`.
     pub bound: Bound,
-    /// Its per-instance RDP epsilon.
+    /// The guarantee (worst case, or the individual filter's).
+    pub guarantee: PrivacyPart,
+    /// The ex-post bound (predictable mode only).
+    #[serde(default)]
+    pub ex_post: Option<PrivacyPart>,
+    /// The ledger's epsilon: an estimate, never a guarantee.
+    pub estimate: PrivacyPart,
+    /// Which ledger `rdp` and the estimate come from.
+    pub ledger: LedgerKind,
+    /// `estimate.epsilon`.
     #[serde(deserialize_with = "f64_or_inf")]
     pub rdp_epsilon: f64,
     /// The dataset's PLD worst case at the same delta (`None` when none).
@@ -462,8 +592,6 @@ pub struct ExamplePrivacy {
     pub over_budget: bool,
     /// Its current clipping threshold (for the next step).
     pub threshold: f64,
-    /// False when the dataset is clipped globally (an estimate).
-    pub guarantee: bool,
 }
 
 /// One example's privacy with the worst case beside it.

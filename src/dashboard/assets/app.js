@@ -370,23 +370,40 @@
     return { release: r.id, text };
   }
 
+  // The per-example value releases and the exact distribution use: the
+  // ex-post bound with predictable thresholds, the estimate otherwise.
+  function perExample(p) {
+    return p.example.ex_post ? p.example.ex_post.epsilon : p.example.estimate.epsilon;
+  }
+
   function renderOwner(mine, list) {
     show('owner', true);
     const rows = mine.map((p) => {
-      const pos = whereAmongQuantiles(p.example.epsilon, list);
-      return [String(p.example.id), fmt(p.example.epsilon), fmt(p.worst_case.epsilon), fmt(p.example.epsilon / p.worst_case.epsilon),
+      const pos = whereAmongQuantiles(perExample(p), list);
+      return ['example ' + p.example.id, fmt(p.example.epsilon) + (p.example.guarantee.kind === 'individual_filter' ? ' (individual budget)' : ''),
+        p.example.ex_post ? fmt(p.example.ex_post.epsilon) : 'n/a (thresholds not predictable)', fmt(p.example.estimate.epsilon), fmt(p.worst_case.epsilon),
         pos ? pos.text + ' (release #' + pos.release + ')' : 'no DP quantiles released yet', p.example.retired ? 'retired' : 'training'];
     });
-    state.data.owner = mine.map((p) => ({ id: p.example.id, epsilon: p.example.epsilon, worst: p.worst_case.epsilon }));
-    fill('owner-rows', table(['example', 'your ε', 'worst-case ε', 'ratio', 'among all examples', 'state'], rows));
+    state.data.owner = mine.map((p) => ({ id: p.example.id, epsilon: p.example.epsilon, ex_post: p.example.ex_post ? p.example.ex_post.epsilon : null, estimate: p.example.estimate.epsilon, worst: p.worst_case.epsilon }));
+    fill('owner-rows', table(['example', 'guaranteed ε', 'ex-post ε (this run)', 'estimate', 'worst-case ε', 'among all examples', 'state'], rows));
     const p = mine[0];
-    $('owner-explain').textContent = p
-      ? 'What this means: training is (ε, δ)-differentially private for your example with ε = ' + fmt(p.example.epsilon) + ' and δ = ' + fmt(p.delta) +
-        '. Whatever anyone learns from the trained model (and the releases), the odds of any conclusion about your example change by at most a factor e^ε ≈ ' +
-        fmt(Math.exp(p.example.epsilon)) + ' compared with training without it, except with probability δ. The worst case, ' + fmt(p.worst_case.epsilon) +
-        ', is what DP-SGD promises every example; yours is lower when your gradients were clipped below the maximum norm, so the same noise hid them better. ' +
-        'The quantiles it is compared with are differentially private estimates over all examples, so its position is approximate.'
-      : '';
+    if (!p) {
+      $('owner-explain').textContent = '';
+      return;
+    }
+    const d = fmt(p.delta);
+    let text = 'Guaranteed for every example: ε = ' + fmt(p.example.epsilon) + ' at δ = ' + d +
+      (p.example.guarantee.kind === 'individual_filter'
+        ? ' (the run kept your example within its individual budget, so this holds for it before any training happened).'
+        : ' (what DP-SGD promises every example: the odds of any conclusion about your example change by at most a factor e^ε ≈ ' + fmt(Math.exp(p.example.epsilon)) + ', except with probability δ).');
+    if (p.example.ex_post) {
+      text += ' In this run, your example: at most ' + fmt(p.example.ex_post.epsilon) + ' with probability 1 − ' + d +
+        ' — what was actually released reveals at most that much about it (a statement about this run, not a promise made in advance).';
+    } else {
+      text += ' No per-run bound exists for this dataset: its thresholds were not predictable, so per-example numbers are estimates only.';
+    }
+    text += ' Estimate: ' + fmt(p.example.estimate.epsilon) + ' (not a guarantee). The quantiles it is compared with are differentially private estimates over all examples, so its position is approximate.';
+    $('owner-explain').textContent = text;
   }
 
   async function renderCurator(view, worst) {
@@ -401,11 +418,11 @@
       pool(ids, 16, (i) => api(base() + '/examples/' + i + '/privacy')),
       api(base() + '/thresholds?start=0&end=' + n),
     ]);
-    const eps = privs.map((p) => p.example.epsilon);
+    const eps = privs.map((p) => perExample(p));
     const sorted = eps.slice().sort((a, b) => a - b);
     const at = (q) => sorted[Math.min(n - 1, Math.floor(q * (n - 1)))];
     const w = worst.epsilon;
-    const atWorst = privs.filter((p) => p.example.epsilon >= w * (1 - 1e-9)).map((p) => p.example.id);
+    const atWorst = privs.filter((p) => perExample(p) >= w * (1 - 1e-9)).map((p) => p.example.id);
     state.data.exact = { epsilons: eps, atWorst, retired: thr.retired };
     fill('exact-summary', table(['examples', 'min', '25%', 'median', '75%', 'max', 'mean', 'worst case'], [[
       String(n), fmt(sorted[0]), fmt(at(0.25)), fmt(at(0.5)), fmt(at(0.75)), fmt(sorted[n - 1]), fmt(eps.reduce((a, b) => a + b, 0) / n), fmt(w)]]));

@@ -11,7 +11,9 @@
 
 use super::shards::ShardLayout;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::ledger::{check_norms, LedgerStatus, RefreshOutcome, StepOutcome, StepReport};
+use crate::ledger::{
+    check_norms, LedgerStatus, RefreshDue, RefreshOutcome, StepOutcome, StepReport,
+};
 use std::ops::Range;
 
 // The split rule itself, shared with the Rust client (which splits before
@@ -112,6 +114,7 @@ impl SplitStep {
             complete: answers.iter().all(|a| a.complete),
             thresholds,
             retired,
+            refresh_due: RefreshDue::merge(answers.iter().map(|a| a.refresh_due.as_ref())),
         })
     }
 }
@@ -154,6 +157,7 @@ impl SplitStep {
             effective_step,
             thresholds,
             retired,
+            refresh_due: RefreshDue::merge(answers.iter().map(|a| a.refresh_due.as_ref())),
         })
     }
 }
@@ -243,6 +247,7 @@ mod tests {
             complete: true,
             thresholds: th,
             retired,
+            refresh_due: None,
         };
         let merged = split
             .merge(
@@ -290,6 +295,7 @@ mod tests {
             complete: true,
             thresholds: vec![],
             retired: vec![],
+            refresh_due: None,
         };
         assert!(split.merge(&l, &[wrong.clone(), wrong]).is_err());
     }

@@ -6,15 +6,16 @@
 //! ledger's, so they are bit for bit the same.
 
 use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
-use super::query::{privacy_of, worst_case_of, ExampleFacts};
+use super::query::worst_case_of;
 use super::{Accrual, Ledger};
 use crate::accounting::conversion::Conversion;
 use crate::accounting::grid::BucketGrid;
 use crate::accounting::pld::PldEvent;
-use crate::ledger::config::{Clipping, DatasetConfig};
+use crate::ledger::config::DatasetConfig;
 use crate::ledger::error::LedgerError;
 use crate::ledger::estimate::{EstimateInput, LevelSteps};
 use crate::ledger::protocol::{ExamplePrivacy, WorstCase};
+use crate::ledger::served::{example_privacy, ExampleFacts, ServedContext};
 use serde::{Deserialize, Serialize};
 
 /// One example of an archived dataset, as its queries need it.
@@ -46,6 +47,8 @@ pub struct ArchiveSummary {
     pld_events: Option<Vec<PldEvent>>,
     release_events: Option<Vec<PldEvent>>,
     grid: BucketGrid,
+    /// The individual filter's `(order, RDP budget)`, if any.
+    filter: Option<(f64, f64)>,
 }
 
 impl Ledger {
@@ -80,6 +83,7 @@ impl Ledger {
             pld_events: self.pld_events(),
             release_events: self.pld.release_events(),
             grid: self.grid,
+            filter: self.filter_budget(),
         }
     }
 }
@@ -139,18 +143,23 @@ impl ArchiveSummary {
                 "an archived example's RDP does not fit the dataset's orders",
             ));
         }
-        Ok(privacy_of(
+        Ok(example_privacy(
             id,
             rdp,
-            &self.orders,
+            &self.worst_rdp,
             delta,
             conversion,
+            ServedContext {
+                orders: &self.orders,
+                predictable: self.config.is_predictable(),
+                filter: self.filter,
+                ex_post: self.config.ex_post.as_ref(),
+            },
             ExampleFacts {
                 steps: self.steps,
                 retired: example.retired,
                 over_budget: example.over_budget,
                 threshold: example.threshold,
-                guarantee: self.config.clipping == Clipping::PerExample,
             },
         ))
     }

@@ -38,6 +38,7 @@
 //! | `parts.rs` | exactly once, in order: retries and the retry window, multi-part steps |
 //! | `shuffle.rs` | shuffle mode's epochs and its worst case (spec §2, shuffled batches) |
 //! | `retirement.rs` | the individual filter applied to examples (spec §7) |
+//! | `schedule.rs` | the predictable mode's refresh schedule: ids due, off-schedule refusals, steps held until their refresh arrived (§3.2) |
 //! | `releases.rs` | release charges to every example (spec §6) |
 //! | `query.rs` | per-example privacy, the worst case (§4), thresholds, epsilons, status |
 //! | `levels.rs` | each example's steps per (segment, grid level), for its PLD estimate (§8) |
@@ -55,6 +56,7 @@ mod pass;
 mod query;
 mod releases;
 mod retirement;
+mod schedule;
 mod shuffle;
 mod snapshot;
 mod step;
@@ -157,6 +159,8 @@ pub struct Ledger {
     view: Option<view::EpochView>,
     /// Views opened so far (names the next one).
     view_serial: u64,
+    /// Predictable mode: what of the refresh due before the next step arrived.
+    refresh_progress: Option<schedule::RefreshProgress>,
 }
 
 impl Ledger {
@@ -239,6 +243,7 @@ impl Ledger {
             levels: LevelHistory::new(n, matches!(accrual_kind, AccrualKind::Poisson))?,
             view: None,
             view_serial: 0,
+            refresh_progress: None,
             tables,
             orders,
             config,

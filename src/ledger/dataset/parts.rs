@@ -87,6 +87,9 @@ impl Ledger {
             });
         }
         let t = report.step;
+        if self.pending.is_none() {
+            self.check_refresh_arrived(t)?;
+        }
         let noise_bits = report.noise_multiplier.map(|x| (x + 0.0).to_bits());
         let rate_bits = report.sampling_rate.map(|x| (x + 0.0).to_bits());
         let params = if let Some(p) = &self.pending {
@@ -172,10 +175,12 @@ impl Ledger {
             complete: false,
             thresholds,
             retired: Vec::new(),
+            refresh_due: None,
         };
         if part.count == 1 {
             outcome.retired = self.apply_step(t, &params, &[(&report.ids, &report.norms)]);
             outcome.complete = true;
+            outcome.refresh_due = self.refresh_due();
             self.zero_retired(&report.ids, &mut outcome);
             self.remember(StepRecord {
                 step: t,
@@ -223,6 +228,7 @@ impl Ledger {
         }
         outcome.retired = self.apply_step(t, &params, &batches);
         outcome.complete = true;
+        outcome.refresh_due = self.refresh_due();
         self.zero_retired(&report.ids, &mut outcome);
         drop(batches);
         let parts = pending
@@ -307,6 +313,7 @@ impl Ledger {
         if !outcome.complete {
             if let Some((_, completing)) = record.parts.iter().find(|(_, o)| o.complete) {
                 answer.retired = completing.retired.clone();
+                answer.refresh_due = completing.refresh_due.clone();
             }
             for (th, id) in answer.thresholds.iter_mut().zip(ids) {
                 if answer.retired.binary_search(id).is_ok() {

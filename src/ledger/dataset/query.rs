@@ -8,13 +8,13 @@ use super::{Accrual, Ledger};
 use crate::accounting::conversion::{Conversion, EpsilonAtOrder};
 use crate::accounting::pld::PldEvent;
 use crate::accounting::validate;
-use crate::ledger::config::Clipping;
 use crate::ledger::convert::Converter;
 use crate::ledger::error::LedgerError;
 use crate::ledger::estimate::{EstimateInput, LevelSteps};
 use crate::ledger::protocol::{
-    Bound, ExamplePrivacy, FilterStatus, LedgerStatus, PendingStatus, WorstCase,
+    ExamplePrivacy, FilterStatus, LedgerStatus, PendingStatus, WorstCase,
 };
+use crate::ledger::served::{example_privacy, ExampleFacts, ServedContext};
 use std::ops::Range;
 
 impl Ledger {
@@ -59,20 +59,45 @@ impl Ledger {
         let mut rdp = vec![0.0; self.m];
         self.rdp_into(i, &mut rdp);
         let f = self.flags[i];
-        Ok(privacy_of(
+        Ok(example_privacy(
             id,
             rdp,
-            &self.orders,
+            &self.worst_case_rdp(),
             delta,
             conversion,
+            self.served_context(),
             ExampleFacts {
                 steps: self.next_step,
                 retired: f & RETIRED != 0,
                 over_budget: f & OVER_BUDGET != 0,
                 threshold: self.grid.value(self.bucket[i]),
-                guarantee: self.config.clipping == Clipping::PerExample,
             },
         ))
+    }
+
+    /// What every served answer of this ledger shares (`served.rs`).
+    pub(crate) fn served_context(&self) -> ServedContext<'_> {
+        ServedContext {
+            orders: &self.orders,
+            predictable: self.config.is_predictable(),
+            filter: self.filter_budget(),
+            ex_post: self.config.ex_post.as_ref(),
+        }
+    }
+
+    /// The individual filter's `(order, RDP budget)`, if it has one.
+    pub(crate) fn filter_budget(&self) -> Option<(f64, f64)> {
+        self.filter.as_ref().map(|f| (f.order, f.budget))
+    }
+
+    /// The converter of the values a release reads for every example (spec
+    /// §6): the ex-post bound in the predictable mode, the ledger's epsilon
+    /// (an estimate) otherwise.
+    pub(crate) fn release_converter(&self, delta: f64, conversion: Conversion) -> Converter {
+        match (&self.config.ex_post, self.config.is_predictable()) {
+            (Some(set), true) => Converter::ex_post(&self.orders, set, delta),
+            _ => Converter::new(&self.orders, delta, conversion),
+        }
     }
 
     /// What example `id`'s PLD estimate composes (spec §8): its steps per
@@ -187,7 +212,7 @@ impl Ledger {
         conversion: Conversion,
     ) -> Result<Vec<EpsilonAtOrder>, LedgerError> {
         Self::check_delta(delta)?;
-        let conv = Converter::new(&self.orders, delta, conversion);
+        let conv = self.release_converter(delta, conversion);
         // Bit for bit `rdp_into` and the conversion, example by example (`pass.rs`).
         Ok(self
             .pass(At::Now(self.next_step), &self.release, &conv)
@@ -219,7 +244,7 @@ impl Ledger {
                 received: p.received,
                 count: p.count,
             }),
-            guarantee: self.config.clipping == Clipping::PerExample,
+            guarantee: self.config.is_guarantee(),
             retired: self.retired,
             over_budget: self.over_budget,
             filter: self.filter.as_ref().map(|f| FilterStatus {
@@ -235,43 +260,6 @@ impl Ledger {
             },
             memory_bytes: self.memory_bytes(),
         }
-    }
-}
-
-/// What an example's privacy reports besides its RDP.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ExampleFacts {
-    pub(crate) steps: u64,
-    pub(crate) retired: bool,
-    pub(crate) over_budget: bool,
-    pub(crate) threshold: f64,
-    pub(crate) guarantee: bool,
-}
-
-/// An example's privacy from its RDP vector (validated `delta`): the one
-/// expression behind a live ledger's answer and an archived one's.
-pub(crate) fn privacy_of(
-    id: u64,
-    rdp: Vec<f64>,
-    orders: &[f64],
-    delta: f64,
-    conversion: Conversion,
-    facts: ExampleFacts,
-) -> ExamplePrivacy {
-    let eps = Converter::new(orders, delta, conversion).epsilon(&rdp);
-    ExamplePrivacy {
-        id,
-        epsilon: eps.epsilon,
-        bound: Bound::PerInstanceRdp,
-        rdp_epsilon: eps.epsilon,
-        worst_case_pld_epsilon: None,
-        order: eps.order,
-        rdp,
-        steps: facts.steps,
-        retired: facts.retired,
-        over_budget: facts.over_budget,
-        threshold: facts.threshold,
-        guarantee: facts.guarantee,
     }
 }
 

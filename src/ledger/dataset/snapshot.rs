@@ -27,6 +27,7 @@
 
 use super::levels::LevelHistory;
 use super::parts::{Pending, PendingPart, StepRecord};
+use super::schedule::RefreshProgress;
 use super::shuffle::ShuffleState;
 use super::{table_cache, Accrual, Ledger, StepParams};
 use crate::accounting::table::StepMechanism;
@@ -65,6 +66,9 @@ struct Header {
     pld: PldHistory,
     levels: LevelHistory,
     accrual: AccrualImage,
+    /// Predictable mode's refresh in progress (absent in older images).
+    #[serde(default)]
+    refresh_progress: Option<RefreshProgress>,
 }
 
 /// [`Header`] as the encoder writes it: borrowed, so that a snapshot of a
@@ -88,6 +92,7 @@ struct HeaderRef<'a> {
     pld: &'a PldHistory,
     levels: &'a LevelHistory,
     accrual: AccrualImage,
+    refresh_progress: &'a Option<RefreshProgress>,
 }
 
 /// The accrual state without its tables.
@@ -158,6 +163,7 @@ impl Ledger {
                 Accrual::Poisson(p) => AccrualImage::Poisson(p.image()),
                 Accrual::Shuffle(s) => AccrualImage::Shuffle(s.clone()),
             },
+            refresh_progress: &self.refresh_progress,
         };
         // Serializing plain data into a Vec cannot fail.
         let head = rmp_serde::to_vec_named(&header).expect("ledger header serializes");
@@ -291,6 +297,7 @@ impl Ledger {
         ledger.over_budget = header.over_budget;
         ledger.pld = header.pld;
         ledger.levels = header.levels;
+        ledger.refresh_progress = header.refresh_progress;
         if ledger.levels.unavailable().is_some() {
             return Err(bad("a level history without its counts"));
         }

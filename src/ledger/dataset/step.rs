@@ -148,14 +148,19 @@ impl Ledger {
             }
             return Err(error);
         }
+        // A step report moves thresholds only in the sampled mode; in the
+        // predictable mode its answer repeats the thresholds in force.
+        let moves = step.is_none() || !self.config.is_predictable();
         let mut thresholds = Vec::with_capacity(ids.len());
         for (&id, &g) in ids.iter().zip(norms) {
             let f = &mut self.flags[id as usize];
             *f &= !SEEN;
             thresholds.push(if *f & RETIRED != 0 {
                 0.0
-            } else {
+            } else if moves {
                 self.grid.value(self.grid.bucket_of(g))
+            } else {
+                self.grid.value(self.bucket[id as usize])
             });
         }
         Ok(thresholds)
@@ -185,8 +190,12 @@ impl Ledger {
             self.levels.shuffle_segment(segment)
         };
         self.sync_seg_tables();
+        // The predictable mode charges every example at its threshold (the
+        // threshold ledger, spec §3.4): a report changes nothing, so the loop
+        // below only skips work and the filter's queued checks stand.
+        let moves_thresholds = !self.config.is_predictable();
         // Per-report filter checks, unless the bound grew and all are redone below.
-        let mut checks = if recompute {
+        let mut checks = if recompute || !moves_thresholds {
             None
         } else {
             self.filter.as_mut()
@@ -200,7 +209,7 @@ impl Ledger {
         };
         self.pld
             .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
-        for (ids, norms) in batches {
+        for (ids, norms) in batches.iter().filter(|_| moves_thresholds) {
             for (j, (&id, &g)) in ids.iter().zip(norms.iter()).enumerate() {
                 if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
                     let ahead = ahead as usize;
@@ -253,6 +262,7 @@ impl Ledger {
             }
         }
         self.next_step = now;
+        self.forget_refresh_before(now);
         let retired = if recompute {
             self.filter_recompute_all()
         } else {
@@ -264,12 +274,15 @@ impl Ledger {
 
     // ------------------------------------------------------------------ refresh
 
-    /// Full-batch refresh (spec §3.5): set each reported example's threshold to the
-    /// bucket of its observed norm, effective from the next step. Accrues nothing
+    /// Refresh (spec §3.2): set each reported example's threshold to the
+    /// bucket of its observed norm, effective from the next step. In the
+    /// predictable mode only the ids the public schedule calls for before the
+    /// next step are taken, each once (possibly over several calls). Accrues nothing
     /// itself: the example's accrual so far (at its old threshold) is settled first.
     /// Retired examples stay retired. Refused while a multi-part step is incomplete.
     pub fn refresh(&mut self, ids: &[u64], norms: &[f64]) -> Result<RefreshOutcome, LedgerError> {
         let thresholds = self.validate_refresh(ids, norms)?;
+        self.record_refresh(ids);
         let now = self.next_step;
         for (&id, &g) in ids.iter().zip(norms) {
             let i = id as usize;
@@ -305,6 +318,7 @@ impl Ledger {
             effective_step: now,
             thresholds,
             retired,
+            refresh_due: self.refresh_due(),
         })
     }
 
@@ -320,6 +334,7 @@ impl Ledger {
         norms: &[f64],
     ) -> Result<Vec<f64>, LedgerError> {
         self.refuse_if_pending("a refresh")?;
+        self.check_on_schedule(ids)?;
         self.check_batch(ids, norms, None)
     }
 

@@ -214,7 +214,7 @@ impl Ledger {
         };
         self.view = Some(EpochView {
             token,
-            conv: Converter::new(&self.orders, delta, conversion),
+            conv: self.release_converter(delta, conversion),
             ahead: None,
             release: self.release.clone(),
             changed: vec![0; self.n.div_ceil(64)],

@@ -22,6 +22,9 @@ __all__ = [
     "ShuffleSampling",
     "Sampling",
     "IndividualBudget",
+    "ThresholdMode",
+    "RefreshSchedule",
+    "ExPostOrders",
     "DatasetConfig",
     "CreateDataset",
     "FilterStatus",
@@ -42,6 +45,10 @@ __all__ = [
     "RefreshRequest",
     "RefreshOutcome",
     "ExamplePrivacy",
+    "PrivacyPart",
+    "PrivacyKind",
+    "LedgerKind",
+    "RefreshDue",
     "PrivacyView",
     "LevelSteps",
     "PldEstimate",
@@ -142,6 +149,31 @@ class IndividualBudget:
     delta: float
 
 
+#: Predictable thresholds (the server's default: guarantees through the filter
+#: and ex-post bounds) or the old sampled protocol (estimates only).
+ThresholdMode = Literal["predictable", "sampled"]
+
+
+@dataclass
+class RefreshSchedule:
+    """The predictable mode's public refresh schedule."""
+
+    __schema__: ClassVar[str] = "RefreshSchedule"
+    #: A full pass before steps 0, E, 2E, ...
+    full_every: Optional[int] = None
+    #: A round-robin block of m ids ``(t*m + j) mod n`` before every step t.
+    block: Optional[int] = None
+
+
+@dataclass
+class ExPostOrders:
+    """The ex-post bound's orders and weights, fixed at creation."""
+
+    __schema__: ClassVar[str] = "ExPostOrders"
+    orders: List[float]
+    weights: List[float]
+
+
 @dataclass
 class DatasetConfig:
     """A ledger's configuration (fixed when the dataset is created)."""
@@ -156,6 +188,11 @@ class DatasetConfig:
     orders: Optional[List[float]] = None
     clipping: Clipping = "per_example"
     individual_budget: Optional[IndividualBudget] = None
+    #: ``None``: the server's default (predictable).
+    thresholds: Optional[ThresholdMode] = None
+    refresh: Optional[RefreshSchedule] = None
+    planned_steps: Optional[int] = None
+    ex_post: Optional[ExPostOrders] = None
 
     @property
     def effective_rounding(self) -> float:
@@ -225,7 +262,9 @@ class WorstCase:
 
 WorstCaseMethod = Literal["pld", "rdp"]
 AccountantMethod = Literal["pld", "rdp"]
-Bound = Literal["per_instance_rdp", "worst_case_pld"]
+Bound = Literal["worst_case_pld", "worst_case_rdp", "individual_filter"]
+PrivacyKind = Literal["worst_case", "individual_filter", "ex_post", "estimate"]
+LedgerKind = Literal["threshold", "sampled"]
 
 
 @dataclass
@@ -309,6 +348,23 @@ class StepReport:
 
 
 @dataclass
+class RefreshDue:
+    """The refresh the schedule calls for before a step (predictable mode):
+    ids ``(first_id + j) % examples`` for ``j < count``."""
+
+    __schema__: ClassVar[str] = "RefreshDue"
+    before_step: int
+    full: bool
+    first_id: int
+    count: int
+    received: int
+
+    def ids(self, examples: int) -> List[int]:
+        """The ids due, given the dataset's number of examples."""
+        return [(self.first_id + j) % max(examples, 1) for j in range(self.count)]
+
+
+@dataclass
 class StepOutcome:
     __schema__: ClassVar[str] = "StepOutcome"
     step: int
@@ -317,6 +373,7 @@ class StepOutcome:
     thresholds: List[float]
     retired: List[int]
     part: Optional[Part] = None
+    refresh_due: Optional[RefreshDue] = None
 
 
 @dataclass
@@ -326,6 +383,7 @@ class Thresholds:
     next_step: int
     thresholds: List[float]
     retired: List[int]
+    refresh_due: Optional[RefreshDue] = None
 
 
 @dataclass
@@ -341,17 +399,35 @@ class RefreshOutcome:
     effective_step: int
     thresholds: List[float]
     retired: List[int]
+    refresh_due: Optional[RefreshDue] = None
 
 
 # --- privacy ----------------------------------------------------------------
 
 
 @dataclass
+class PrivacyPart:
+    """One labelled number of an example's privacy: ``kind`` says what it means."""
+
+    __schema__: ClassVar[str] = "PrivacyPart"
+    kind: PrivacyKind
+    epsilon: float
+    delta: float
+
+
+@dataclass
 class ExamplePrivacy:
+    """An example's privacy: ``epsilon`` is the guarantee; ``ex_post`` (only
+    with predictable thresholds) and ``estimate`` say different things."""
+
     __schema__: ClassVar[str] = "ExamplePrivacy"
     id: int
     epsilon: float
+    delta: float
     bound: Bound
+    guarantee: PrivacyPart
+    estimate: PrivacyPart
+    ledger: LedgerKind
     rdp_epsilon: float
     order: float
     rdp: List[float]
@@ -359,7 +435,7 @@ class ExamplePrivacy:
     retired: bool
     over_budget: bool
     threshold: float
-    guarantee: bool
+    ex_post: Optional[PrivacyPart] = None
     worst_case_pld_epsilon: Optional[float] = None
 
 
