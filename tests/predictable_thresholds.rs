@@ -381,13 +381,13 @@ fn the_filter_guarantee_holds_on_the_threshold_ledger() {
 /// nothing lost, nothing relabelled up.
 #[test]
 fn a_log_of_the_old_protocol_replays_as_sampled() {
-    use dpledger::store::{Record, RecordKind, Store};
+    use dpledger::store::{Record, RecordKind};
     let dir = tempfile::tempdir().unwrap();
     let old_config = config(4, 0.5, json!({}));
     assert!(old_config.get("thresholds").is_none());
     {
-        let store = dpledger::store::sqlite::SqliteStore::open(&dir.path().join("dpledger.sqlite"))
-            .expect("store");
+        let url = format!("sqlite:{}", dir.path().join("dpledger.sqlite").display());
+        let store = dpledger::store::open(&url).expect("store");
         store
             .append(vec![Record {
                 dataset: "legacy".into(),

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use dpledger::accounting::Conversion;
-use dpledger::ledger::bounds::{bounded_epsilon, combine_worst_case, pld_worst_case};
+use dpledger::ledger::bounds::{capped_value, combine_worst_case, pld_worst_case};
 use dpledger::ledger::{DatasetConfig, Ledger, StepReport};
 use dpledger::release::mean::mean_sigmas;
 use dpledger::release::{rdp_of_rho, release_pld_events, ReleaseRequest};
@@ -51,7 +51,7 @@ fn offline(config: &DatasetConfig, step: u64, releases: &[ReleaseRequest]) -> (f
     let eps = ledger.epsilons(DELTA, Conversion::default()).unwrap();
     let mean = eps
         .iter()
-        .map(|e| bounded_epsilon(e.epsilon, cap).0)
+        .map(|e| capped_value(e.epsilon, cap))
         .sum::<f64>()
         / N as f64;
     (worst.epsilon, mean)

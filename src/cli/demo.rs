@@ -1,10 +1,15 @@
 //! `dpledger demo`: start the service on a temporary store, simulate a realistic
-//! DP-SGD run through its HTTP API, and show how per-example epsilons spread below
-//! the worst case.
+//! DP-SGD run through its HTTP API, and show what each per-example number means.
 //!
-//! The simulated trainer follows the ledger protocol: Poisson batches, one binary
-//! step report per step with the unclipped norms of the batch. Norms fall as
-//! training progresses and differ between easy (70%) and hard (30%) examples.
+//! The simulated trainer follows the predictable protocol (spec §3): before
+//! every step it sends the scheduled refresh (a round-robin block of `batch`
+//! ids, their norms at the current model), then Poisson batches without the
+//! retired examples, one binary step report per step with the unclipped norms
+//! of the batch. Norms fall as training progresses and differ between easy
+//! (70%) and hard (30%) examples. An individual budget (default epsilon 1.0,
+//! below the run's worst case) makes the run (1.0, delta)-DP for every example:
+//! hard examples retire when their threshold ledger reaches it, easy ones train
+//! every epoch.
 
 use crate::accounting::Conversion;
 use crate::store::codec::StepPayload;
@@ -34,6 +39,10 @@ pub struct DemoCmd {
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Individual budget epsilon (at `--delta`) of every example: the run is
+    /// (this, delta)-DP for each of them (0: no individual budget).
+    #[arg(long, default_value_t = 1.0)]
+    pub budget: f64,
 }
 
 /// splitmix64: small, fast, deterministic.
@@ -96,14 +105,27 @@ impl DemoCmd {
         let auth = format!("Bearer {token}");
         let (n, q) = (self.examples, self.batch_size as f64 / self.examples as f64);
         let steps = (self.epochs as f64 / q).round() as u64;
+        let mut config = json!({
+            "examples": n, "max_grad_norm": 1.0, "rounding": 0.01, "noise_multiplier": self.noise_multiplier,
+            "sampling": {"kind": "poisson", "rate": q}, "delta": self.delta, "planned_steps": steps,
+            "refresh": {"block": self.batch_size}});
+        if self.budget > 0.0 {
+            config["individual_budget"] = json!({"epsilon": self.budget, "delta": self.delta});
+        }
         agent
             .post(&format!("{base}/v1/datasets"))
             .set("Authorization", &auth)
-            .send_json(json!({"id": "demo", "config": {
-                "examples": n, "max_grad_norm": 1.0, "rounding": 0.01, "noise_multiplier": self.noise_multiplier,
-                "sampling": {"kind": "poisson", "rate": q}, "delta": self.delta},
-                "release_budget": {"rho": 0.01}}))
+            .send_json(json!({"id": "demo", "config": config, "release_budget": {"rho": 0.01}}))
             .context("creating the demo dataset")?;
+        // The refresh due before step 0, as the service announces it.
+        let first: serde_json::Value = agent
+            .get(&format!("{base}/v1/datasets/demo/thresholds?start=0&end=0"))
+            .set("Authorization", &auth)
+            .call()?
+            .into_json()?;
+        let mut due = first["refresh_due"]["first_id"]
+            .as_u64()
+            .zip(first["refresh_due"]["count"].as_u64());
         let bar = indicatif::ProgressBar::new(steps);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -117,8 +139,24 @@ impl DemoCmd {
         let started = Instant::now();
         let log_1mq = (-q).ln_1p();
         let mut reported = 0u64;
+        let mut retired = vec![false; n as usize];
         for t in 0..steps {
             let epoch = t as f64 * q;
+            // The scheduled refresh: the due block's norms at the current model.
+            if let Some((first, count)) = due.take() {
+                let ids: Vec<u64> = (0..count)
+                    .map(|j| (first + j) % n)
+                    .filter(|&i| !retired[i as usize])
+                    .collect();
+                let norms: Vec<f64> = ids.iter().map(|&i| norm(i, epoch, rng.uniform())).collect();
+                let answer: serde_json::Value = agent
+                    .post(&format!("{base}/v1/datasets/demo/refresh"))
+                    .set("Authorization", &auth)
+                    .send_json(json!({"ids": ids, "norms": norms}))
+                    .with_context(|| format!("refreshing before step {t}"))?
+                    .into_json()?;
+                mark_retired(&answer["retired"], &mut retired);
+            }
             // Poisson sampling by geometric skips: O(batch) per step.
             let (mut ids, mut norms) = (Vec::new(), Vec::new());
             let mut i = 0u64;
@@ -132,8 +170,10 @@ impl DemoCmd {
                 if i >= n {
                     break;
                 }
-                ids.push(i);
-                norms.push(norm(i, epoch, rng.uniform()));
+                if !retired[i as usize] {
+                    ids.push(i);
+                    norms.push(norm(i, epoch, rng.uniform()));
+                }
                 i += 1;
             }
             reported += ids.len() as u64;
@@ -146,12 +186,17 @@ impl DemoCmd {
                 norms,
             }
             .encode();
-            agent
+            let answer: serde_json::Value = agent
                 .post(&format!("{base}/v1/datasets/demo/steps"))
                 .set("Authorization", &auth)
                 .set("Content-Type", "application/octet-stream")
                 .send_bytes(&body)
-                .with_context(|| format!("reporting step {t}"))?;
+                .with_context(|| format!("reporting step {t}"))?
+                .into_json()?;
+            mark_retired(&answer["retired"], &mut retired);
+            due = answer["refresh_due"]["first_id"]
+                .as_u64()
+                .zip(answer["refresh_due"]["count"].as_u64());
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -167,16 +212,17 @@ impl DemoCmd {
                 .set("Authorization", &auth)
                 .call()?
                 .into_json()?;
+            let ex = &v["example"];
             owners.push_str(&format!(
-                "  example {id:>5} ({}): epsilon {:.3} by {} (per-instance RDP {:.3}, worst case {:.3}; \
-                 PLD estimate, not a guarantee: {:.3} over {} levels)\n",
+                "  example {id:>5} ({}, {}): guaranteed {:.3} ({}); in this run at most {:.3} with \
+                 probability 1 - delta (ex post); estimate {:.3}, PLD estimate {:.3} (not guarantees)\n",
                 if id % 10 < 3 { "hard" } else { "easy" },
-                v["example"]["epsilon"].as_f64().unwrap_or(f64::NAN),
-                v["example"]["bound"].as_str().unwrap_or("?"),
-                v["example"]["rdp_epsilon"].as_f64().unwrap_or(f64::NAN),
-                v["worst_case"]["epsilon"].as_f64().unwrap_or(f64::NAN),
+                if ex["retired"].as_bool() == Some(true) { "retired" } else { "trained every epoch" },
+                ex["epsilon"].as_f64().unwrap_or(f64::NAN),
+                ex["guarantee"]["kind"].as_str().unwrap_or("?"),
+                ex["ex_post"]["epsilon"].as_f64().unwrap_or(f64::NAN),
+                ex["estimate"]["epsilon"].as_f64().unwrap_or(f64::NAN),
                 v["pld_estimate"]["epsilon"].as_f64().unwrap_or(f64::NAN),
-                v["pld_estimate"]["levels"].as_array().map_or(0, |l| l.len()),
             ));
         }
         let wc: serde_json::Value = agent
@@ -187,7 +233,8 @@ impl DemoCmd {
         let worst = wc["epsilon"].as_f64().unwrap_or(f64::NAN);
         let worst_rdp = wc["rdp"]["epsilon"].as_f64().unwrap_or(f64::NAN);
         // The curator's view of the whole distribution, from the served ledger
-        // itself: min(per-instance RDP, PLD worst case), as served to owners.
+        // itself: every example's ex-post bound (capped by the worst case), the
+        // values a release reads.
         let mut eps = runtime.block_on(engine.with_ledger(
             "demo",
             |ds, ledger| -> anyhow::Result<Vec<f64>> {
@@ -226,7 +273,18 @@ impl DemoCmd {
             &levels,
             after["epsilon"].as_f64(),
         );
-        let head = format!("{worst:.3} by PLD (RDP alone: {worst_rdp:.3})");
+        let retired_count = retired.iter().filter(|&&r| r).count();
+        let guaranteed = if self.budget > 0.0 {
+            format!(
+                "guaranteed for every example (individual budget): {:.3}; examples retired \
+                 by the filter: {retired_count} ({:.1}%), the others trained every epoch\n",
+                self.budget.min(worst),
+                100.0 * retired_count as f64 / n as f64
+            )
+        } else {
+            format!("guaranteed for every example: the worst case, {worst:.3}\n")
+        };
+        let head = format!("{worst:.3} by PLD (RDP alone: {worst_rdp:.3})\n{guaranteed}");
         Ok(render(
             self,
             steps,
@@ -254,9 +312,10 @@ fn render(
     let mut out = format!(
         "dpledger demo: {} examples, q = {:.5}, sigma = {}, {} epochs = {steps} steps, delta = {}\n\
          trained through the HTTP API: {reported} norms reported in {secs:.1} s (durable, SQLite)\n\n\
-         worst-case epsilon (every example, data-independent): {worst_text}\n\
-         per-example epsilon = min(per-instance RDP, worst case): min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}\n\
-         share of examples at the worst case: {:.1}%\n\n",
+         worst-case epsilon (every example, data-independent): {worst_text}\
+         per-example ex-post bound (this run, probability 1 - delta; capped at the worst case): \
+         min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}\n\
+         share of examples at the cap: {:.1}%\n\n",
         cmd.examples,
         cmd.batch_size as f64 / cmd.examples as f64,
         cmd.noise_multiplier,
@@ -276,7 +335,7 @@ fn render(
         counts[b.min(bins - 1)] += 1;
     }
     let max = counts.iter().copied().max().unwrap_or(1).max(1);
-    out.push_str("per-example epsilon (bins of worst case / 20)\n");
+    out.push_str("per-example ex-post bound (bins of worst case / 20)\n");
     for (b, &c) in counts.iter().enumerate() {
         let lo = worst * b as f64 / bins as f64;
         let hi = worst * (b + 1) as f64 / bins as f64;
@@ -291,6 +350,15 @@ fn render(
          dashboards get the DP release below.\n",
     );
     out
+}
+
+/// Note the ids an answer says were retired (the trainer leaves them out).
+fn mark_retired(ids: &serde_json::Value, retired: &mut [bool]) {
+    for id in ids.as_array().into_iter().flatten().filter_map(|v| v.as_u64()) {
+        if let Some(slot) = retired.get_mut(id as usize) {
+            *slot = true;
+        }
+    }
 }
 
 /// The DP release beside the exact values it estimates.

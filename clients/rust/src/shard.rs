@@ -144,6 +144,7 @@ impl SplitReport {
             complete: answers.iter().all(|a| a.complete),
             thresholds,
             retired: shard_rule::dataset_ids(&layout.ranges, &retired),
+            refresh_due: merge_due(answers),
         })
     }
 }
@@ -383,4 +384,19 @@ mod tests {
             Some(400)
         );
     }
+}
+
+/// The full passes due on the shards, as one (a sharded dataset schedules
+/// full passes only).
+fn merge_due(answers: &[StepOutcome]) -> Option<crate::types::RefreshDue> {
+    answers
+        .iter()
+        .filter_map(|a| a.refresh_due.clone())
+        .reduce(|a, d| crate::types::RefreshDue {
+            before_step: a.before_step.max(d.before_step),
+            full: a.full && d.full,
+            first_id: 0,
+            count: a.count + d.count,
+            received: a.received + d.received,
+        })
 }

@@ -9,7 +9,8 @@ use dpledger_client::accountant::{
     ScheduleRequest,
 };
 use dpledger_client::{
-    Client, Conversion, Error, IndividualBudget, PrivacyQuery, RetryPolicy, StepReport,
+    Client, Conversion, Error, IndividualBudget, LedgerKind, PrivacyKind, PrivacyQuery, RetryPolicy,
+    StepReport,
 };
 
 /// The problem of an `Error::Api`, or a panic naming what came instead.
@@ -239,13 +240,16 @@ async fn owner_privacy_and_worst_case() {
     assert_eq!(seven.example.id, 7);
     assert_eq!(seven.example.steps, 5);
     assert!(rel(seven.example.threshold, 0.31) < 1e-12);
-    assert!(seven.example.guarantee && !seven.example.retired);
+    // The sampled protocol: the ledger's numbers are estimates.
+    assert!(seven.example.ledger == LedgerKind::Sampled && !seven.example.retired);
+    assert_eq!(seven.example.estimate.kind, PrivacyKind::Estimate);
+    assert_eq!(seven.example.guarantee.kind, PrivacyKind::WorstCase);
     assert_eq!(seven.example.rdp.len(), orders.len());
     let eight = owner
         .example_privacy("p", 8, PrivacyQuery::default())
         .await
         .unwrap();
-    assert!(seven.example.epsilon < eight.example.epsilon);
+    assert!(seven.example.rdp_epsilon < eight.example.rdp_epsilon);
     assert!(seven
         .example
         .rdp

@@ -44,10 +44,13 @@ impl Env {
     }
 }
 
-/// A small Poisson configuration with rounding 0.01 and C = 1.
+/// A small Poisson configuration with rounding 0.01 and C = 1, of the
+/// sampled protocol (a step report moves a sampled example's threshold),
+/// which these tests of the client's protocol handling exercise.
 pub fn config(n: u64, q: f64, sigma: f64) -> DatasetConfig {
     let mut c = DatasetConfig::poisson(n, 1.0, sigma, q, 1e-5);
     c.rounding = Some(0.01);
+    c.thresholds = Some(dpledger_client::ThresholdMode::Sampled);
     c
 }
 
