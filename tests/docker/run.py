@@ -51,6 +51,8 @@ DATASET_CONFIG = {"examples": N, "max_grad_norm": 1.0, "rounding": 0.01,
                   "noise_multiplier": 1.0, "sampling": {"kind": "poisson", "rate": Q},
                   "delta": DELTA}
 NODES = ["n1", "n2", "n3"]
+# The rolling upgrade's "new" image: the image under test plus a label.
+UPGRADE_IMAGE = IMAGE.rsplit(":", 1)[0] + ":upgrade"
 
 
 def log(msg):
@@ -709,7 +711,7 @@ def cluster_drained_node_comes_back_under_its_restart_policy():
 @test("cluster")
 def cluster_rolling_upgrade_under_load_fails_no_request():
     c = cluster()
-    new_image = IMAGE.rsplit(":", 1)[0] + ":upgrade"
+    new_image = UPGRADE_IMAGE
     # A new image tag with a distinct image id: the same runtime plus a label.
     build = os.environ.get("DPLEDGER_DOCKER_BUILD", "").split() or [DOCKER, "build"]
     proc = subprocess.run([*build, "-q", "-t", new_image, "--label", f"org.dpledger.upgrade={time.time()}",
@@ -756,7 +758,8 @@ def cluster_rolling_upgrade_under_load_fails_no_request():
             c.compose("up", "-d", "--no-deps", "--no-build", n, env=env)
             c.wait_healthy(n)
             c.refresh()
-            assert inspect(ctr, "{{.Config.Image}}") == new_image
+            image_now = inspect(c.ctr(n), "{{.Config.Image}}")  # a new container
+            assert image_now == new_image, f"{n} runs {image_now} after the upgrade"
             c.wait_active(3)
             time.sleep(TTL_MS / 1000)
     finally:
@@ -840,6 +843,7 @@ def main():
                 SINGLE.cleanup()
             if CLUSTER is not None:
                 CLUSTER.down()
+                docker("rmi", UPGRADE_IMAGE, check=False)
     for line in REPORT:
         print(line)
     print(f"container tests took {time.monotonic() - started_all:.0f} s")
