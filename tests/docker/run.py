@@ -419,6 +419,13 @@ def image_size():
 
 # ---------------------------------------------------------- cluster tests
 
+def compose_down():
+    """Removes the test project's containers, networks and volumes (if any)."""
+    env = dict(os.environ, DPLEDGER_IMAGE=IMAGE, DPLEDGER_POSTGRES_IMAGE=PG_IMAGE)
+    sh(*COMPOSE, "-p", PROJECT, "-f", str(COMPOSE_FILE), "down", "-v", "-t", "5",
+       check=False, env=env, timeout=300)
+
+
 class Cluster:
     """docker/compose.cluster.yaml under project PROJECT."""
 
@@ -441,8 +448,7 @@ class Cluster:
                   timeout=timeout, env=env or self.env)
 
     def down(self):
-        sh(*COMPOSE, "-p", PROJECT, "-f", str(COMPOSE_FILE), "down", "-v", "-t", "5",
-           check=False, env=getattr(self, "env", None) or dict(os.environ), timeout=300)
+        compose_down()
 
     def ctr(self, service):
         """The service's container id (Compose v1 and v2 name containers differently)."""
@@ -860,8 +866,8 @@ def main():
         if not KEEP:
             if SINGLE is not None:
                 SINGLE.cleanup()
-            if CLUSTER is not None:
-                CLUSTER.down()
+            if CLUSTER is not None or which in ("all", "cluster"):
+                compose_down()  # also after a failed start
                 docker("rmi", UPGRADE_IMAGE, check=False)
     for line in REPORT:
         print(line)
