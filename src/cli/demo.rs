@@ -354,7 +354,12 @@ fn render(
 
 /// Note the ids an answer says were retired (the trainer leaves them out).
 fn mark_retired(ids: &serde_json::Value, retired: &mut [bool]) {
-    for id in ids.as_array().into_iter().flatten().filter_map(|v| v.as_u64()) {
+    for id in ids
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_u64())
+    {
         if let Some(slot) = retired.get_mut(id as usize) {
             *slot = true;
         }

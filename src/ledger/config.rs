@@ -352,13 +352,15 @@ impl DatasetConfig {
             }
             match schedule.block {
                 Some(0) => return Err(InvalidArgument::new("refresh.block", "must be at least 1")),
-                Some(m) if m > self.examples => return Err(InvalidArgument::new(
-                    "refresh.block",
-                    format!(
+                Some(m) if m > self.examples => {
+                    return Err(InvalidArgument::new(
+                        "refresh.block",
+                        format!(
                         "must be at most examples = {}, got {m} (use full_every for full passes)",
                         self.examples
                     ),
-                )),
+                    ))
+                }
                 _ => {}
             }
         }

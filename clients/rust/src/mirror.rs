@@ -193,6 +193,7 @@ mod tests {
             complete: true,
             thresholds,
             retired,
+            refresh_due: None,
         }
     }
 
@@ -208,6 +209,7 @@ mod tests {
             effective_step: 1,
             thresholds: vec![0.5, 0.75],
             retired: vec![0],
+            refresh_due: None,
         };
         m.apply_refresh(&[0, 2], &r).unwrap();
         assert_eq!(m.thresholds(), &[0.0, 1.0, 0.75, 0.25, 0.0]);

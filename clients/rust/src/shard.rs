@@ -292,6 +292,7 @@ mod tests {
             complete: true,
             thresholds,
             retired,
+            refresh_due: None,
         }
     }
 

@@ -9,8 +9,8 @@ use dpledger_client::accountant::{
     ScheduleRequest,
 };
 use dpledger_client::{
-    Client, Conversion, Error, IndividualBudget, LedgerKind, PrivacyKind, PrivacyQuery, RetryPolicy,
-    StepReport,
+    Client, Conversion, Error, IndividualBudget, LedgerKind, PrivacyKind, PrivacyQuery,
+    RetryPolicy, StepReport,
 };
 
 /// The problem of an `Error::Api`, or a panic naming what came instead.
