@@ -88,6 +88,7 @@ mod sqlite;
 use std::sync::Arc;
 
 pub use error::StoreError;
+pub use pg::single_node::{hold_single_node_lock, SingleNodeLock};
 pub(crate) use rows::{pipelined_load, prepare_keyed, Prepared, RawRow, RowChecker};
 
 pub use codec::{CodecError, StepPayload};

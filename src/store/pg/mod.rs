@@ -37,6 +37,7 @@ use super::{
 mod archive;
 pub(crate) mod cluster;
 mod schema;
+pub(crate) mod single_node;
 pub(crate) mod shard_commit;
 pub(crate) mod shards;
 mod snapshots;
