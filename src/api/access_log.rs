@@ -78,7 +78,7 @@ pub async fn request_id_and_log(mut request: Request, next: Next) -> Response {
     tracing::info!(
         target: "dpledger::access",
         method = %method,
-        route = route.as_deref().unwrap_or("(unmatched)"),
+        route = %route.as_deref().unwrap_or("(unmatched)"),
         status,
         latency_ms = format_args!("{latency_ms:.3}"),
         request_id = %id,

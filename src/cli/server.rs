@@ -519,6 +519,7 @@ impl ServeCmd {
                 .max_shard_examples
                 .unwrap_or(crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES),
             single_max_examples: self.max_shard_examples,
+            revocation_reload_seconds: self.revocation_reload.as_secs().max(1),
             ..Limits::default()
         };
         crate::ledger::table_cache().set_bound(self.table_cache_bytes);
@@ -585,6 +586,31 @@ impl ServeCmd {
                 });
             }
             let state = Arc::new(state);
+            // Revoked tokens are refused from the first request on, and
+            // revocations made through other processes on the store within
+            // --revocation-reload.
+            let ids = state
+                .engine
+                .revoked_tokens()
+                .await
+                .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+            state.auth.revocations().extend(ids);
+            let revocations = {
+                let state = state.clone();
+                let every = self.revocation_reload.max(std::time::Duration::from_millis(100));
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(every).await;
+                        match state.engine.revoked_tokens().await {
+                            Ok(ids) => state.auth.revocations().extend(ids),
+                            Err(e) => tracing::warn!(
+                                error = %e,
+                                "cannot read the revoked tokens; keeping the list read before"
+                            ),
+                        }
+                    }
+                })
+            };
             let policy = crate::engine::SnapshotPolicy {
                 every_records: self.snapshot_records,
                 every: std::time::Duration::from_secs(self.snapshot_seconds),
@@ -614,6 +640,7 @@ impl ServeCmd {
             };
             crate::api::listener::serve(listener, router(state.clone()), connections, shutdown)
                 .await?;
+            revocations.abort();
             leases.abort();
             let _ = leases.await;
             snapshots.abort();

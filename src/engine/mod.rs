@@ -62,6 +62,7 @@ mod release_view;
 mod releases;
 mod snapshot_codec;
 mod snapshots;
+mod revocation;
 mod storage;
 
 /// The change's idempotency key as the engine takes it (stored by the store with

@@ -80,6 +80,7 @@ pub use crate::ledger::wire as codec;
 mod error;
 mod group;
 pub mod idempotency;
+pub mod revocation;
 mod pg;
 mod rows;
 pub mod snapshots;
@@ -353,6 +354,13 @@ pub trait Store: Send + Sync {
 
     /// One block of the archive of `dataset` (checked against its CRC-32) with
     /// the `seq` it was written at; `None` if there is no such block.
+    /// Add the token id `jti` to the revoked tokens, durably (revoking twice
+    /// is no error). `revoked_at`: seconds since the epoch.
+    fn revoke_token(&self, jti: &str, revoked_at: u64) -> Result<(), StoreError>;
+
+    /// Every revoked token id.
+    fn revoked_tokens(&self) -> Result<Vec<String>, StoreError>;
+
     fn read_archive_block(
         &self,
         dataset: &str,
