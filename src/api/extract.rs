@@ -274,7 +274,11 @@ mod tests {
         assert!(eof.detail.contains("line 1, column"), "{}", eof.detail);
         assert!(!eof.detail.contains("at ?"), "{}", eof.detail);
         let syntax = json_error("{\n  \"examples\": 3,\n  oops\n}");
-        assert!(syntax.detail.contains("line 3, column"), "{}", syntax.detail);
+        assert!(
+            syntax.detail.contains("line 3, column"),
+            "{}",
+            syntax.detail
+        );
         let unknown = json_error(r#"{"examples": 3, "sampling": {"rate": 1}, "x": 1}"#);
         assert_eq!(unknown.field.as_deref(), Some("x"));
     }

@@ -89,7 +89,12 @@ pub fn tls_config(
     let certs = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading --tls-cert {}", cert.display()))?
         .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("--tls-cert {} is not a PEM certificate chain", cert.display()))?;
+        .with_context(|| {
+            format!(
+                "--tls-cert {} is not a PEM certificate chain",
+                cert.display()
+            )
+        })?;
     anyhow::ensure!(
         !certs.is_empty(),
         "--tls-cert {} holds no certificate",
@@ -335,7 +340,9 @@ pub async fn serve(
                 Some(acceptor) => {
                     match tokio::time::timeout(config.header_timeout, acceptor.accept(stream)).await
                     {
-                        Ok(Ok(tls_stream)) => serve_connection(tls_stream, app, &config, stop).await,
+                        Ok(Ok(tls_stream)) => {
+                            serve_connection(tls_stream, app, &config, stop).await
+                        }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }

@@ -5,8 +5,8 @@ pub mod cluster;
 pub mod data_dependent;
 pub mod demo;
 pub mod loadgen;
-mod lock;
 mod loadgen_phase;
+mod lock;
 mod release_load;
 pub mod server;
 
@@ -32,9 +32,12 @@ pub struct Cli {
 /// that it applies before the command line is read).
 const LOGGING_HELP: &str = "Logging: DPLEDGER_LOG sets the filter (default `info`: one access-log \
 line per request, target dpledger::access; e.g. `warn`, `debug`, \
-`info,dpledger::access=warn`, `info,tokio_postgres=info` for PostgreSQL's notices), \
+`info,dpledger::access=warn`, `info,postgres=info,tokio_postgres=info` for PostgreSQL's notices), \
 DPLEDGER_LOG_FORMAT or --log-format `text`|`json` the format. Logs go to stderr; \
 they never hold tokens, request bodies or per-example values. See docs/operations.md.";
+
+/// Filter directives that keep PostgreSQL's NOTICEs below INFO.
+const QUIET_NOTICES: &str = "postgres::config=warn,tokio_postgres::connection=warn";
 
 /// Log line formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,18 +51,20 @@ pub enum LogFormat {
 /// Install the process's log subscriber: `DPLEDGER_LOG`'s filter (default
 /// `info`) in `format`, on stderr. PostgreSQL's NOTICEs (which the driver logs
 /// at INFO, e.g. `relation ... already exists, skipping` at every start) are
-/// kept below the default level unless the filter names `tokio_postgres`.
+/// kept below the default level unless the filter names `postgres` (the
+/// blocking driver logs them under `postgres::config`, the async one under
+/// `tokio_postgres::connection`).
 pub fn init_logging(format: LogFormat) {
     use std::io::IsTerminal;
     let filter = std::env::var("DPLEDGER_LOG").unwrap_or_else(|_| "info".into());
-    let filter = if filter.contains("tokio_postgres") {
+    let filter = if filter.contains("postgres") {
         filter
     } else {
-        format!("{filter},tokio_postgres=warn")
+        format!("{filter},{QUIET_NOTICES}")
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
         eprintln!("warning: ignoring DPLEDGER_LOG ({e}); logging at info");
-        tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn")
+        tracing_subscriber::EnvFilter::new(format!("info,{QUIET_NOTICES}"))
     });
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()

@@ -254,7 +254,9 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 fn parse_max_connections(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
-        _ => Err(format!("invalid {text:?}: a number of connections from 1 to 1000000")),
+        _ => Err(format!(
+            "invalid {text:?}: a number of connections from 1 to 1000000"
+        )),
     }
 }
 
@@ -491,7 +493,9 @@ impl ServeCmd {
             None
         };
         let _store_lock = match (&cluster_url, store_url.as_deref()) {
-            (None, Some(url)) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            (None, Some(url))
+                if url.starts_with("postgres://") || url.starts_with("postgresql://") =>
+            {
                 Some(
                     crate::store::hold_single_node_lock(url)
                         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?,
@@ -597,7 +601,9 @@ impl ServeCmd {
             state.auth.revocations().extend(ids);
             let revocations = {
                 let state = state.clone();
-                let every = self.revocation_reload.max(std::time::Duration::from_millis(100));
+                let every = self
+                    .revocation_reload
+                    .max(std::time::Duration::from_millis(100));
                 tokio::spawn(async move {
                     loop {
                         tokio::time::sleep(every).await;

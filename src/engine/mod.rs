@@ -60,9 +60,9 @@ mod policy;
 mod recovery;
 mod release_view;
 mod releases;
+mod revocation;
 mod snapshot_codec;
 mod snapshots;
-mod revocation;
 mod storage;
 
 /// The change's idempotency key as the engine takes it (stored by the store with

@@ -37,9 +37,9 @@ use super::{
 mod archive;
 pub(crate) mod cluster;
 mod schema;
-pub(crate) mod single_node;
 pub(crate) mod shard_commit;
 pub(crate) mod shards;
+pub(crate) mod single_node;
 mod snapshots;
 mod writer;
 

@@ -25,6 +25,10 @@ use crate::store::{redact_url, StoreError};
 /// database do not exclude each other.
 const SINGLE_NODE_CLASS: i32 = 0x4450_4c53;
 
+/// How long a start waits for the lock before refusing (the session of a
+/// server killed just before may still be ending).
+const RESTART_PATIENCE: Duration = Duration::from_secs(3);
+
 /// How often the lock's connection is checked.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
 
@@ -51,10 +55,7 @@ fn config_for(url: &str) -> Result<Config, StoreError> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    config.application_name(&format!(
-        "dpledger serve pid {} {host}",
-        std::process::id()
-    ));
+    config.application_name(&format!("dpledger serve pid {} {host}", std::process::id()));
     Ok(config)
 }
 
@@ -105,9 +106,19 @@ pub fn hold_single_node_lock(url: &str) -> Result<SingleNodeLock, StoreError> {
     let mut client = config
         .connect(NoTls)
         .map_err(|e| backend(url, "cannot connect for the single-node lock", &e))?;
-    if let Some(holder) =
-        try_lock(&mut client).map_err(|e| backend(url, "cannot take the single-node lock", &e))?
-    {
+    // A server restarted right after it was killed: its old session may take a
+    // moment to notice and end, so try for a few seconds before refusing.
+    let patience = std::time::Instant::now() + RESTART_PATIENCE;
+    let holder = loop {
+        match try_lock(&mut client)
+            .map_err(|e| backend(url, "cannot take the single-node lock", &e))?
+        {
+            None => break None,
+            Some(h) if std::time::Instant::now() >= patience => break Some(h),
+            Some(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    if let Some(holder) = holder {
         return Err(StoreError::Backend {
             store: redact_url(url),
             detail: format!(
@@ -130,12 +141,7 @@ pub fn hold_single_node_lock(url: &str) -> Result<SingleNodeLock, StoreError> {
 }
 
 /// Keep the lock's session alive; take the lock again after a lost connection.
-fn keep(
-    mut client: Client,
-    config: Config,
-    url: &str,
-    stop: &std::sync::atomic::AtomicBool,
-) {
+fn keep(mut client: Client, config: Config, url: &str, stop: &std::sync::atomic::AtomicBool) {
     let mut held = true;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(CHECK_EVERY);
