@@ -110,6 +110,8 @@ fn field_of(path: &str, message: &str) -> Option<String> {
         p => Some(p.to_string()),
     };
     match (path, named) {
+        // An unknown field's path already ends with its name.
+        (Some(p), Some(n)) if p == n || p.ends_with(&format!(".{n}")) => Some(p),
         (Some(p), Some(n)) => Some(format!("{p}.{n}")),
         (p, n) => p.or(n),
     }

@@ -99,7 +99,7 @@ pub enum Command {
     /// Seed 001's expected composition over several runs (an estimate).
     DataDependent(JsonFlag<data_dependent::DataDependentCmd>),
     /// Run the HTTP service.
-    Serve(server::ServeCmd),
+    Serve(Box<server::ServeCmd>),
     /// Mint a bearer token with the server secret.
     Token(server::TokenCmd),
     /// Print or write the OpenAPI document.
