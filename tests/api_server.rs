@@ -348,8 +348,13 @@ fn a_stale_process_reloads_from_the_log_instead_of_double_applying() {
         create(&a, &admin, "shared", poisson_config(10, 0.5, 1.0)).status,
         201
     );
-    // B recovers the dataset at step 0, then A moves on without B knowing.
-    let b = Server::start(dir.path(), None);
+    // B recovers the dataset at step 0, then A moves on without B knowing. B
+    // cannot share A's data directory (one server per data directory), so it
+    // has its own, with A's secret, and names A's store explicitly.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(dir.path().join("secret"), other.path().join("secret")).unwrap();
+    let store = format!("sqlite:{}", dir.path().join("dpledger.sqlite").display());
+    let b = Server::start(other.path(), Some(&store));
     let step0 = json!({"step": 0, "ids": [1, 2], "norms": [0.5, 2.0]});
     let on_a = post(
         &format!("{}/v1/datasets/shared/steps", a.url),

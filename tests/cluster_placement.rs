@@ -178,3 +178,41 @@ fn a_joining_node_takes_a_fair_share_without_losing_a_step() {
         "{map}"
     );
 }
+
+/// The bound on a join: with 12 datasets on 3 nodes, each of the three holds
+/// 4 > ⌈12/4⌉ = 3 while the fourth holds fewer than ⌊12/4⌋ = 3, so each hands one
+/// over per lease round (a quarter TTL) until the newcomer has its share:
+/// a few rounds, well under 30 s at a 1 s TTL on a loaded 2-core machine.
+#[test]
+fn a_fourth_node_joining_three_with_twelve_datasets_gets_its_share_in_bounded_time() {
+    let Some(mut cluster) = Cluster::start(3, 1000) else {
+        return;
+    };
+    for i in 0..12 {
+        cluster.create(i % 3, &format!("f{i}"), 20, 0.5);
+    }
+    let counts = cluster.wait_balanced(Duration::from_secs(30));
+    assert_eq!(counts.values().sum::<u64>(), 12, "{counts:?}");
+    let joined = cluster.add_node(&[]);
+    let id = cluster.nodes[joined].id.clone();
+    let started = Instant::now();
+    loop {
+        let counts = cluster.owned_counts();
+        let mine = counts.get(&id).copied().unwrap_or(0);
+        if mine >= 3 && counts.values().sum::<u64>() == 12 {
+            assert!(counts.values().all(|&c| c == 3), "{counts:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30) || mine >= 2,
+            "the joining node holds {mine} after {:?}: {counts:?}",
+            started.elapsed()
+        );
+        assert!(started.elapsed() < Duration::from_secs(60), "{counts:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the fourth node held its share {:.1?} after it started",
+        started.elapsed()
+    );
+}

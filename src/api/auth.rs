@@ -68,6 +68,58 @@ pub struct Claims {
     pub iat: u64,
     /// Issuer.
     pub iss: String,
+    /// The token's id: what `POST /v1/admin/tokens/{jti}/revoke` names. Every
+    /// token the server mints has one (32 random hex digits); a token without
+    /// one (minted by an older version, or by an identity provider that sets
+    /// none) cannot be revoked, only expire or be refused by rotating the
+    /// secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
+}
+
+/// The ids of revoked tokens, shared by every verification in this process.
+/// Replaced wholesale from the store every `serve --revocation-reload`, and
+/// added to at once by a revocation through this process.
+#[derive(Debug, Default)]
+pub struct Revocations {
+    ids: std::sync::RwLock<std::collections::HashSet<String>>,
+}
+
+impl Revocations {
+    /// Whether `jti` was revoked.
+    pub fn contains(&self, jti: &str) -> bool {
+        self.ids
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(jti)
+    }
+
+    /// Add one id (a revocation made through this process).
+    pub fn insert(&self, jti: String) {
+        self.ids
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(jti);
+    }
+
+    /// Replace the set with what the store holds (revocations are never
+    /// undone, so ids added meanwhile are kept too).
+    pub fn extend(&self, ids: impl IntoIterator<Item = String>) {
+        self.ids
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(ids);
+    }
+
+    /// How many ids are revoked.
+    pub fn len(&self) -> usize {
+        self.ids.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What an endpoint touches, for [`Claims::authorize`].
@@ -183,6 +235,7 @@ pub struct Authorizer {
     decoding: DecodingKey,
     encoding: Option<EncodingKey>,
     validation: Validation,
+    revoked: std::sync::Arc<Revocations>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -205,6 +258,7 @@ impl Authorizer {
             decoding: DecodingKey::from_secret(secret),
             encoding: Some(EncodingKey::from_secret(secret)),
             validation,
+            revoked: Default::default(),
         }
     }
 
@@ -228,6 +282,7 @@ impl Authorizer {
             decoding,
             encoding: None,
             validation,
+            revoked: Default::default(),
         })
     }
 
@@ -236,6 +291,16 @@ impl Authorizer {
     pub fn with_leeway(mut self, seconds: u64) -> Self {
         self.validation.leeway = seconds;
         self
+    }
+
+    /// The revoked token ids this authorizer refuses.
+    pub fn revocations(&self) -> &std::sync::Arc<Revocations> {
+        &self.revoked
+    }
+
+    /// Whether this authorizer can mint tokens (HS256 with a local secret).
+    pub fn can_mint(&self) -> bool {
+        self.encoding.is_some()
     }
 
     /// The tolerance applied to `exp`, in seconds.
@@ -250,6 +315,17 @@ impl Authorizer {
                 Problem::unauthorized(format!("invalid bearer token: {}", describe(&e)))
             })?;
         let claims = data.claims;
+        if claims
+            .jti
+            .as_deref()
+            .is_some_and(|jti| self.revoked.contains(jti))
+        {
+            return Err(Problem::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "token-revoked",
+                "this bearer token was revoked",
+            ));
+        }
         if !claims.role.server_wide() && claims.dataset.is_none() {
             return Err(Problem::unauthorized(
                 "invalid bearer token: a non-admin token must name a dataset",
@@ -328,6 +404,12 @@ pub fn claims_for(
     if role != Role::Owner && examples.is_some() {
         anyhow::bail!("--examples only applies to role owner");
     }
+    if ttl_seconds == 0 {
+        anyhow::bail!(
+            "invalid --ttl: a token's lifetime must be at least 1s (a token with none is \
+             expired when minted)"
+        );
+    }
     let now = now_seconds();
     Ok(Claims {
         sub: sub.to_string(),
@@ -335,10 +417,20 @@ pub fn claims_for(
         dataset,
         datasets: None,
         examples,
-        exp: now + ttl_seconds,
+        exp: now.saturating_add(ttl_seconds),
         iat: now,
         iss: ISSUER.to_string(),
+        jti: Some(new_token_id()),
     })
+}
+
+/// A fresh token id: 128 random bits as 32 hex digits.
+pub fn new_token_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes = rand::random();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Parse a TTL such as `30d`, `12h`, `15m`, `90s` or a number of seconds.
@@ -541,6 +633,21 @@ mod tests {
         assert!(wide.verify(&expired(&wide, 60)).is_ok());
         let none = Authorizer::hs256(b"0123456789abcdef0123456789abcdef").with_leeway(0);
         assert!(none.verify(&expired(&none, 2)).is_err());
+    }
+
+    #[test]
+    fn revoked_tokens_are_refused_and_ttl_zero_is_not_minted() {
+        let auth = Authorizer::hs256(b"0123456789abcdef0123456789abcdef");
+        let claims = claims_for("x", Role::Admin, None, None, 60).unwrap();
+        let jti = claims.jti.clone().expect("minted tokens carry an id");
+        assert_eq!(jti.len(), 32);
+        let token = auth.mint(&claims).unwrap();
+        assert!(auth.verify(&token).is_ok());
+        auth.revocations().insert(jti);
+        let refused = auth.verify(&token).unwrap_err();
+        assert_eq!(refused.status, 401);
+        assert!(refused.detail.contains("revoked"), "{}", refused.detail);
+        assert!(claims_for("x", Role::Admin, None, None, 0).is_err());
     }
 
     #[test]

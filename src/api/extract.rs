@@ -4,7 +4,7 @@
 use super::auth::Claims;
 use super::problem::Problem;
 use super::state::AppState;
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
@@ -75,19 +75,76 @@ impl<T, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 }
 
 impl<T: DeserializeOwned> ApiQuery<T> {
-    /// Decode the query; call only after authorising. A malformed one is a 400.
+    /// Decode the query; call only after authorising. A malformed one is a 400
+    /// naming the parameter at fault (`field`).
     pub fn parse(&self) -> Result<T, Problem> {
-        let uri: axum::http::Uri = match &self.raw {
-            Some(q) => format!("/?{q}").parse(),
-            None => "/".parse(),
-        }
-        .map_err(|_| Problem::bad_request("invalid query: not a valid URI query"))?;
-        axum::extract::Query::<T>::try_from_uri(&uri)
-            .map(|q| q.0)
-            .map_err(|e: QueryRejection| {
-                Problem::bad_request(format!("invalid query: {}", e.body_text()))
-            })
+        let raw = self.raw.as_deref().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = field_of(&e.path().to_string(), &e.inner().to_string());
+            let detail = match &field {
+                Some(f) => format!("invalid query parameter `{f}`: {}", e.inner()),
+                None => format!("invalid query: {}", e.inner()),
+            };
+            let problem = Problem::bad_request(detail);
+            match field {
+                Some(f) => problem.with_field(f),
+                None => problem,
+            }
+        })
     }
+}
+
+/// The field a deserialisation error is about: its path when known (`.` is the
+/// top level, `?` unknown), extended by the name in "missing field `x`" and
+/// "unknown field `x`" messages (which serde reports on the enclosing object).
+fn field_of(path: &str, message: &str) -> Option<String> {
+    let named = ["missing field `", "unknown field `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| {
+            let rest = &message[message.find(prefix)? + prefix.len()..];
+            Some(rest[..rest.find('`')?].to_string())
+        });
+    let path = match path {
+        "." | "?" | "" => None,
+        p => Some(p.to_string()),
+    };
+    match (path, named) {
+        // An unknown field's path already ends with its name.
+        (Some(p), Some(n)) if p == n || p.ends_with(&format!(".{n}")) => Some(p),
+        (Some(p), Some(n)) => Some(format!("{p}.{n}")),
+        (p, n) => p.or(n),
+    }
+}
+
+/// A JSON body's error in words: where (line, column and the field path) and
+/// what, instead of serde's `at ?: EOF`.
+fn describe_json_error(
+    e: &serde_path_to_error::Error<serde_json::Error>,
+) -> (String, Option<String>) {
+    use serde_json::error::Category;
+    let inner = e.inner();
+    let text = inner.to_string();
+    // serde_json appends " at line L column C"; it is said in words below.
+    let message = match text.rfind(" at line ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    };
+    let at = format!("line {}, column {}", inner.line(), inner.column());
+    let field = field_of(&e.path().to_string(), &message);
+    let within = field
+        .as_deref()
+        .map(|f| format!(" in `{f}`"))
+        .unwrap_or_default();
+    let detail = match inner.classify() {
+        Category::Eof => format!("invalid JSON body: it ends early{within} ({at}): {message}"),
+        Category::Syntax => format!("invalid JSON body: syntax error{within} at {at}: {message}"),
+        Category::Data | Category::Io => match &field {
+            Some(f) => format!("invalid JSON body: field `{f}`: {message} ({at})"),
+            None => format!("invalid JSON body: {message} ({at})"),
+        },
+    };
+    (detail, field)
 }
 
 /// Media type of the compact binary step encoding (see `ledger::wire`).
@@ -114,7 +171,17 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
             .to_ascii_lowercase();
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
-            .map_err(|e| Problem::new(e.status(), "body", e.body_text()))?;
+            .map_err(|e| {
+                if super::listener::is_body_timeout(&e) {
+                    Problem::new(
+                        axum::http::StatusCode::REQUEST_TIMEOUT,
+                        "request-timeout",
+                        "the request body did not arrive within the body timeout",
+                    )
+                } else {
+                    Problem::new(e.status(), "body", e.body_text())
+                }
+            })?;
         Ok(RawBody {
             content_type,
             bytes,
@@ -133,10 +200,21 @@ impl RawBody {
         }
         let mut de = serde_json::Deserializer::from_slice(&self.bytes);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            Problem::bad_request(format!("invalid JSON body at {}: {}", e.path(), e.inner()))
+            let (detail, field) = describe_json_error(&e);
+            let problem = Problem::bad_request(detail);
+            match field {
+                Some(f) => problem.with_field(f),
+                None => problem,
+            }
         })?;
-        de.end()
-            .map_err(|e| Problem::bad_request(format!("invalid JSON body: {e}")))?;
+        de.end().map_err(|e| {
+            Problem::bad_request(format!(
+                "invalid JSON body: trailing characters after the JSON value at line {}, \
+                 column {}",
+                e.line(),
+                e.column()
+            ))
+        })?;
         Ok(value)
     }
 
@@ -154,5 +232,78 @@ impl RawBody {
         } else {
             self.json()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        rate: f64,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        examples: u64,
+        sampling: Inner,
+    }
+
+    fn json_error(text: &str) -> Problem {
+        RawBody {
+            content_type: "application/json".into(),
+            bytes: axum::body::Bytes::from(text.to_string()),
+        }
+        .json::<Outer>()
+        .unwrap_err()
+    }
+
+    #[test]
+    fn json_errors_name_the_field_and_the_place() {
+        let missing = json_error(r#"{"sampling": {"rate": 0.1}}"#);
+        assert_eq!(missing.field.as_deref(), Some("examples"), "{missing:?}");
+        assert!(missing.detail.contains("missing field `examples`"));
+        assert!(!missing.detail.contains("at ."), "{}", missing.detail);
+        let nested = json_error(r#"{"examples": 3, "sampling": {"rate": "x"}}"#);
+        assert_eq!(nested.field.as_deref(), Some("sampling.rate"));
+        let eof = json_error(r#"{"examples": 3, "sampling": {"#);
+        assert!(eof.detail.contains("ends early"), "{}", eof.detail);
+        assert!(eof.detail.contains("line 1, column"), "{}", eof.detail);
+        assert!(!eof.detail.contains("at ?"), "{}", eof.detail);
+        let syntax = json_error("{\n  \"examples\": 3,\n  oops\n}");
+        assert!(
+            syntax.detail.contains("line 3, column"),
+            "{}",
+            syntax.detail
+        );
+        let unknown = json_error(r#"{"examples": 3, "sampling": {"rate": 1}, "x": 1}"#);
+        assert_eq!(unknown.field.as_deref(), Some("x"));
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Query {
+        delta: Option<f64>,
+    }
+
+    #[test]
+    fn query_errors_name_the_parameter() {
+        let query = ApiQuery::<Query> {
+            raw: Some("delta=abc".into()),
+            wanted: std::marker::PhantomData,
+        };
+        let problem = query.parse().unwrap_err();
+        assert_eq!(problem.field.as_deref(), Some("delta"));
+        assert!(problem.detail.contains("delta"), "{}", problem.detail);
+        let fine = ApiQuery::<Query> {
+            raw: Some("delta=0.5".into()),
+            wanted: std::marker::PhantomData,
+        };
+        assert_eq!(fine.parse().unwrap().delta, Some(0.5));
     }
 }

@@ -20,10 +20,13 @@
 //! | `errors.rs` | the one mapping of domain errors to problem documents |
 //! | `problem.rs` | the RFC 9457 problem document (a leaf: imports nothing else of `api`) |
 //! | `bare_errors.rs` | middleware turning the router's own error answers (405, 404) into problems |
+//! | `listener.rs` | the accept loop: header, body and idle timeouts, the connection limit, TLS |
+//! | `access_log.rs` | request ids (`X-Request-Id`) and the access log (route templates, never raw paths) |
 //!
 //! Imports point one way: route modules use `task`, `extract`, `auth`, `state`
 //! and `problem`; `routes` uses the route modules; nothing imports `routes`.
 
+pub mod access_log;
 mod accountant_routes;
 mod admin_routes;
 mod analysis_routes;
@@ -34,6 +37,7 @@ mod dataset_routes;
 mod errors;
 pub mod extract;
 pub mod idempotency;
+pub mod listener;
 mod node_client;
 pub mod permissions;
 pub mod problem;

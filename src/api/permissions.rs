@@ -117,6 +117,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ep("GET", "/metrics", Scope::Metrics),
     ep("POST", "/v1/datasets", Scope::Admin),
     ep("GET", "/v1/admin/storage", Scope::Admin),
+    ep("POST", "/v1/admin/tokens", Scope::Admin),
+    ep("POST", "/v1/admin/tokens/{jti}/revoke", Scope::Admin),
     ep("GET", "/v1/cluster", Scope::AnyToken),
     ep("POST", "/v1/cluster/nodes/{node}/drain", Scope::Admin),
     ep("GET", "/v1/datasets", Scope::AnyToken),
@@ -195,6 +197,7 @@ pub fn reference_claims(role: Role) -> Claims {
         exp: u64::MAX,
         iat: 0,
         iss: ISSUER.into(),
+        jti: None,
     }
 }
 

@@ -240,6 +240,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn(
             super::bare_errors::problem_for_bare_errors,
         ))
+        .layer(axum::middleware::from_fn(
+            super::access_log::request_id_and_log,
+        ))
 }
 
 fn routes(state: Arc<AppState>) -> Router {
@@ -268,10 +271,20 @@ fn routes(state: Arc<AppState>) -> Router {
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(
                 |req: &axum::http::Request<_>| {
-                    // Method and path only: never headers (tokens) or bodies (epsilons).
-                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path())
+                    // Method, route template and request id only: never the raw
+                    // path (ids), headers (tokens) or bodies (epsilons).
+                    let route = req
+                        .extensions()
+                        .get::<axum::extract::MatchedPath>()
+                        .map_or("(unmatched)", |m| m.as_str());
+                    let id = req
+                        .extensions()
+                        .get::<super::access_log::RequestId>()
+                        .map_or("", |r| r.0.as_str());
+                    tracing::info_span!("request", method = %req.method(), route, request_id = id)
                 },
             ),
         )
+        .layer(axum::middleware::from_fn(super::access_log::record_route))
         .with_state(state)
 }

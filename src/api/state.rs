@@ -20,6 +20,9 @@ pub struct Limits {
     /// `--max-shard-examples` is given, so that a single server accepts what
     /// it always accepted unless its operator asks otherwise.
     pub single_max_examples: Option<u64>,
+    /// How often this server reads the revoked tokens again
+    /// (`--revocation-reload`), in seconds: what a revocation's answer tells.
+    pub revocation_reload_seconds: u64,
 }
 
 impl Default for Limits {
@@ -29,6 +32,7 @@ impl Default for Limits {
             max_threshold_range: 1 << 20,
             max_shard_examples: crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES,
             single_max_examples: None,
+            revocation_reload_seconds: 5,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod data_dependent;
 pub mod demo;
 pub mod loadgen;
 mod loadgen_phase;
+mod lock;
 mod release_load;
 pub mod server;
 
@@ -14,11 +15,70 @@ use clap::{Parser, Subcommand};
 
 /// Per-instance Rényi-DP privacy accounting for DP-SGD.
 #[derive(Debug, Parser)]
-#[command(name = "dpledger", version, about)]
+#[command(name = "dpledger", version, about, after_help = LOGGING_HELP)]
 pub struct Cli {
+    /// How log lines are written to stderr: `text` (for people; coloured only
+    /// when stderr is a terminal and NO_COLOR is unset) or `json` (one object
+    /// per line, for a log collector).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text,
+          env = "DPLEDGER_LOG_FORMAT")]
+    pub log_format: LogFormat,
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// What `--help` says about logging (the filter is an environment variable so
+/// that it applies before the command line is read).
+const LOGGING_HELP: &str = "Logging: DPLEDGER_LOG sets the filter (default `info`: one access-log \
+line per request, target dpledger::access; e.g. `warn`, `debug`, \
+`info,dpledger::access=warn`, `info,postgres=info,tokio_postgres=info` for PostgreSQL's notices), \
+DPLEDGER_LOG_FORMAT or --log-format `text`|`json` the format. Logs go to stderr; \
+they never hold tokens, request bodies or per-example values. See docs/operations.md.";
+
+/// Filter directives that keep PostgreSQL's NOTICEs below INFO.
+const QUIET_NOTICES: &str = "postgres::config=warn,tokio_postgres::connection=warn";
+
+/// Log line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Install the process's log subscriber: `DPLEDGER_LOG`'s filter (default
+/// `info`) in `format`, on stderr. PostgreSQL's NOTICEs (which the driver logs
+/// at INFO, e.g. `relation ... already exists, skipping` at every start) are
+/// kept below the default level unless the filter names `postgres` (the
+/// blocking driver logs them under `postgres::config`, the async one under
+/// `tokio_postgres::connection`).
+pub fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = std::env::var("DPLEDGER_LOG").unwrap_or_else(|_| "info".into());
+    let filter = if filter.contains("postgres") {
+        filter
+    } else {
+        format!("{filter},{QUIET_NOTICES}")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("warning: ignoring DPLEDGER_LOG ({e}); logging at info");
+        tracing_subscriber::EnvFilter::new(format!("info,{QUIET_NOTICES}"))
+    });
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(ansi).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
 }
 
 /// Every subcommand.
@@ -39,7 +99,7 @@ pub enum Command {
     /// Seed 001's expected composition over several runs (an estimate).
     DataDependent(JsonFlag<data_dependent::DataDependentCmd>),
     /// Run the HTTP service.
-    Serve(server::ServeCmd),
+    Serve(Box<server::ServeCmd>),
     /// Mint a bearer token with the server secret.
     Token(server::TokenCmd),
     /// Print or write the OpenAPI document.

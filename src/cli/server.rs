@@ -89,15 +89,51 @@ pub enum ExternalAlgorithm {
 #[derive(Debug, Args)]
 pub struct ServeCmd {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", env = "DPLEDGER_LISTEN")]
     pub listen: String,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs
+    /// `--tls-key`. Without it, plain HTTP (terminate TLS at a proxy instead:
+    /// docs/operations.md).
+    #[arg(long, env = "DPLEDGER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert` (keep it readable only by this user).
+    #[arg(long, env = "DPLEDGER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Time a client has to send a request's headers (and to finish a TLS
+    /// handshake), e.g. 10s, 500ms; the connection is closed after it.
+    #[arg(long, env = "DPLEDGER_HEADER_TIMEOUT", value_parser = parse_duration,
+          default_value = "10s")]
+    pub header_timeout: std::time::Duration,
+    /// Time a client has to send a request's whole body after its headers; a
+    /// late body is answered 408 and the connection closed.
+    #[arg(long, env = "DPLEDGER_BODY_TIMEOUT", value_parser = parse_duration,
+          default_value = "60s")]
+    pub body_timeout: std::time::Duration,
+    /// A connection with no request in flight and no traffic for this long is
+    /// closed.
+    #[arg(long, env = "DPLEDGER_IDLE_TIMEOUT", value_parser = parse_duration,
+          default_value = "60s")]
+    pub idle_timeout: std::time::Duration,
+    /// Most connections open at once; more are answered 503 and closed, so that
+    /// the clients already connected keep being served.
+    #[arg(long, env = "DPLEDGER_MAX_CONNECTIONS",
+          default_value_t = crate::api::listener::DEFAULT_MAX_CONNECTIONS,
+          value_parser = parse_max_connections)]
+    pub max_connections: usize,
+    /// How often the list of revoked tokens is read again from the store: the
+    /// bound on how long a token revoked through another node (cluster mode)
+    /// or another process stays usable here. A revocation through this node
+    /// applies at once.
+    #[arg(long, env = "DPLEDGER_REVOCATION_RELOAD", value_parser = parse_duration,
+          default_value = "5s")]
+    pub revocation_reload: std::time::Duration,
     /// `sqlite:PATH` or `postgres://...`; default `sqlite:<data-dir>/dpledger.sqlite`.
     #[arg(long, env = "DPLEDGER_STORE")]
     pub store: Option<String>,
     #[command(flatten)]
     pub data: DataDirArg,
     /// Largest accepted request body in bytes.
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, default_value_t = 64 << 20, env = "DPLEDGER_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     /// Most examples of one ledger. In cluster mode a creation of more (without
     /// "shards") is split into ceil(examples / bound) shards; the cluster
@@ -110,26 +146,28 @@ pub struct ServeCmd {
     /// FOR TESTS ONLY: seed every release's randomness with this value plus
     /// the step, so that two ledgers of one trace publish identical values.
     /// Releases become predictable, hence NOT private; a warning is logged.
-    #[arg(long, value_name = "SEED")]
+    #[arg(long, value_name = "SEED", env = "DPLEDGER_INSECURE_TEST_RELEASE_SEED")]
     pub insecure_test_release_seed: Option<u64>,
     /// Verify tokens with this PEM public key of an external identity provider
     /// instead of the local HS256 secret.
-    #[arg(long)]
+    #[arg(long, env = "DPLEDGER_JWT_PUBLIC_KEY")]
     pub jwt_public_key: Option<PathBuf>,
     /// Algorithm of `--jwt-public-key`.
-    #[arg(long, value_enum, default_value_t = ExternalAlgorithm::Eddsa)]
+    #[arg(long, value_enum, default_value_t = ExternalAlgorithm::Eddsa,
+          env = "DPLEDGER_JWT_ALGORITHM")]
     pub jwt_algorithm: ExternalAlgorithm,
     /// Required `iss` claim of external tokens.
-    #[arg(long)]
+    #[arg(long, env = "DPLEDGER_JWT_ISSUER")]
     pub jwt_issuer: Option<String>,
     /// How long after its `exp` a token is still accepted (clock skew between
     /// the issuer and this server): seconds, or e.g. 0s, 5s, 1m.
-    #[arg(long, default_value_t = crate::api::auth::DEFAULT_TOKEN_LEEWAY_SECONDS, value_parser = parse_leeway)]
+    #[arg(long, default_value_t = crate::api::auth::DEFAULT_TOKEN_LEEWAY_SECONDS,
+          value_parser = parse_leeway, env = "DPLEDGER_TOKEN_LEEWAY")]
     pub token_leeway: u64,
     /// Also serve `/metrics` WITHOUT a token on this address (e.g. 127.0.0.1:9464,
     /// reachable only by the scraper). On the main listener `/metrics` always
     /// needs an admin or metrics token (`dpledger token --role metrics`).
-    #[arg(long)]
+    #[arg(long, env = "DPLEDGER_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
     /// Snapshot a dataset after this many of its records (0: never by count).
     /// A restart loads the newest snapshot and replays only the log after it.
@@ -141,10 +179,11 @@ pub struct ServeCmd {
     pub snapshot_seconds: u64,
     /// Snapshots kept per dataset; older ones are deleted (never the log, and
     /// never a snapshot a compaction relies on).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..),
+          env = "DPLEDGER_SNAPSHOT_KEEP")]
     pub snapshot_keep: u64,
     /// Do not snapshot changed datasets at a clean shutdown (SIGINT/SIGTERM).
-    #[arg(long)]
+    #[arg(long, env = "DPLEDGER_NO_SNAPSHOT_ON_SHUTDOWN")]
     pub no_snapshot_on_shutdown: bool,
     /// Bound in bytes on the process-wide cache of per-bucket RDP tables (one
     /// table is (buckets) x (orders) x 8 bytes; least recently used tables are
@@ -196,6 +235,29 @@ pub struct ServeCmd {
     /// process's to use (a container's limit, several nodes on one host).
     #[arg(long, env = "DPLEDGER_NODE_MEMORY_BYTES")]
     pub node_memory_bytes: Option<u64>,
+}
+
+/// A duration such as `500ms`, `10s`, `2m` or a number of seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    if let Some(ms) = text.strip_suffix("ms") {
+        let ms: u64 = ms
+            .parse()
+            .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 10s, 2m"))?;
+        return Ok(std::time::Duration::from_millis(ms));
+    }
+    let seconds = crate::api::auth::parse_ttl(text)
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 10s, 2m"))?;
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
+fn parse_max_connections(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "invalid {text:?}: a number of connections from 1 to 1000000"
+        )),
+    }
 }
 
 fn parse_leeway(text: &str) -> Result<u64, String> {
@@ -419,6 +481,41 @@ impl ServeCmd {
             )),
             None => self.store.clone(),
         };
+        // One single-node server per data directory and per store (module
+        // `lock`, `store::hold_single_node_lock`); cluster nodes share both by
+        // design. Taken before recovery, so a second server refuses at once.
+        let _data_dir_lock = if cluster_url.is_none() {
+            Some(
+                super::lock::lock_data_dir(&self.data.data_dir)
+                    .map_err(|e| anyhow::anyhow!("refusing to start: {e:#}"))?,
+            )
+        } else {
+            None
+        };
+        let _store_lock = match (&cluster_url, store_url.as_deref()) {
+            (None, Some(url))
+                if url.starts_with("postgres://") || url.starts_with("postgresql://") =>
+            {
+                Some(
+                    crate::store::hold_single_node_lock(url)
+                        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?,
+                )
+            }
+            _ => None,
+        };
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::api::listener::tls_config(cert, key)?),
+            _ => None,
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let connections = crate::api::listener::ConnectionConfig {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
+            tls,
+        };
+        crate::api::listener::raise_open_files_limit(self.max_connections);
         let store = self.data.open_store(store_url.as_deref())?;
         let limits = Limits {
             max_body_bytes: self.max_body_bytes,
@@ -426,6 +523,7 @@ impl ServeCmd {
                 .max_shard_examples
                 .unwrap_or(crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES),
             single_max_examples: self.max_shard_examples,
+            revocation_reload_seconds: self.revocation_reload.as_secs().max(1),
             ..Limits::default()
         };
         crate::ledger::table_cache().set_bound(self.table_cache_bytes);
@@ -455,7 +553,7 @@ impl ServeCmd {
                         advertise: self
                             .advertise
                             .clone()
-                            .unwrap_or_else(|| format!("http://{bound}")),
+                            .unwrap_or_else(|| format!("{scheme}://{bound}")),
                         lease_ttl: std::time::Duration::from_millis(self.lease_ttl_ms),
                         memory_bytes: self.node_memory_bytes,
                     };
@@ -479,7 +577,7 @@ impl ServeCmd {
                 None => None,
             };
             let addr = listener.local_addr()?;
-            println!("dpledger listening on http://{addr}");
+            println!("dpledger listening on {scheme}://{addr}");
             tracing::info!(%addr, "listening");
             if let Some(metrics_listener) = metrics_listener {
                 let metrics_addr = metrics_listener.local_addr()?;
@@ -492,6 +590,33 @@ impl ServeCmd {
                 });
             }
             let state = Arc::new(state);
+            // Revoked tokens are refused from the first request on, and
+            // revocations made through other processes on the store within
+            // --revocation-reload.
+            let ids = state
+                .engine
+                .revoked_tokens()
+                .await
+                .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+            state.auth.revocations().extend(ids);
+            let revocations = {
+                let state = state.clone();
+                let every = self
+                    .revocation_reload
+                    .max(std::time::Duration::from_millis(100));
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(every).await;
+                        match state.engine.revoked_tokens().await {
+                            Ok(ids) => state.auth.revocations().extend(ids),
+                            Err(e) => tracing::warn!(
+                                error = %e,
+                                "cannot read the revoked tokens; keeping the list read before"
+                            ),
+                        }
+                    }
+                })
+            };
             let policy = crate::engine::SnapshotPolicy {
                 every_records: self.snapshot_records,
                 every: std::time::Duration::from_secs(self.snapshot_seconds),
@@ -519,9 +644,9 @@ impl ServeCmd {
                     }
                 }
             };
-            axum::serve(listener, router(state.clone()))
-                .with_graceful_shutdown(shutdown)
+            crate::api::listener::serve(listener, router(state.clone()), connections, shutdown)
                 .await?;
+            revocations.abort();
             leases.abort();
             let _ = leases.await;
             snapshots.abort();

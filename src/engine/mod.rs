@@ -60,6 +60,7 @@ mod policy;
 mod recovery;
 mod release_view;
 mod releases;
+mod revocation;
 mod snapshot_codec;
 mod snapshots;
 mod storage;

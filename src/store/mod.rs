@@ -81,6 +81,7 @@ mod error;
 mod group;
 pub mod idempotency;
 mod pg;
+pub mod revocation;
 mod rows;
 pub mod snapshots;
 mod sqlite;
@@ -88,6 +89,7 @@ mod sqlite;
 use std::sync::Arc;
 
 pub use error::StoreError;
+pub use pg::single_node::{hold_single_node_lock, SingleNodeLock};
 pub(crate) use rows::{pipelined_load, prepare_keyed, Prepared, RawRow, RowChecker};
 
 pub use codec::{CodecError, StepPayload};
@@ -352,6 +354,13 @@ pub trait Store: Send + Sync {
 
     /// One block of the archive of `dataset` (checked against its CRC-32) with
     /// the `seq` it was written at; `None` if there is no such block.
+    /// Add the token id `jti` to the revoked tokens, durably (revoking twice
+    /// is no error). `revoked_at`: seconds since the epoch.
+    fn revoke_token(&self, jti: &str, revoked_at: u64) -> Result<(), StoreError>;
+
+    /// Every revoked token id.
+    fn revoked_tokens(&self) -> Result<Vec<String>, StoreError>;
+
     fn read_archive_block(
         &self,
         dataset: &str,

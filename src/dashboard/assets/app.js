@@ -40,6 +40,22 @@
     if (a >= 1e-3 && a < 1e6) return String(Number(x.toPrecision(4)));
     return x.toExponential(3);
   }
+  // Axis tick labels with as many significant digits as it takes for
+  // neighbouring ticks to read differently (uPlot's default would print
+  // 1.5702 and 1.5704 both as 1.57 on a zoomed-in epsilon axis).
+  function tickLabels(u, splits) {
+    for (let digits = 3; digits <= 12; digits++) {
+      const labels = splits.map((v) => (v === null || v === undefined ? '' : precise(v, digits)));
+      if (new Set(labels).size === labels.length) return labels;
+    }
+    return splits.map((v) => String(v));
+  }
+  function precise(x, digits) {
+    if (x === 0) return '0';
+    const a = Math.abs(x);
+    if (a >= 1e-3 && a < 1e6) return String(Number(x.toPrecision(digits)));
+    return x.toExponential(digits - 1);
+  }
   function pct(level) {
     return String(Number((level * 100).toPrecision(4))) + '%';
   }
@@ -156,7 +172,8 @@
     if (state.charts[name]) state.charts[name].destroy();
     host.replaceChildren();
     const width = Math.max(320, host.clientWidth || 900);
-    state.charts[name] = new uPlot(Object.assign({ width, height: 260 }, opts), data, host);
+    const axes = (opts.axes || []).map((axis) => Object.assign({ values: tickLabels }, axis));
+    state.charts[name] = new uPlot(Object.assign({ width, height: 260 }, opts, { axes }), data, host);
     return state.charts[name];
   }
 
@@ -171,7 +188,7 @@
     const c = state.claims;
     const parts = ['role: ' + c.role];
     if (c.dataset) parts.push('dataset: ' + c.dataset);
-    if (c.examples) parts.push('examples: ' + c.examples.join(', '));
+    if (c.examples) parts.push((c.examples.length === 1 ? 'example ' : 'examples ') + c.examples.join(', '));
     if (c.exp) parts.push('expires ' + new Date(c.exp * 1000).toISOString().replace('.000', ''));
     fill('who', parts.join(' · '));
     show('forget', true);

@@ -39,6 +39,7 @@ pub(crate) mod cluster;
 mod schema;
 pub(crate) mod shard_commit;
 pub(crate) mod shards;
+pub(crate) mod single_node;
 mod snapshots;
 mod writer;
 
@@ -172,6 +173,34 @@ impl Store for PgStore {
         key: Option<IdempotencyKey>,
     ) -> Result<Vec<u64>, StoreError> {
         self.writer.append(records, key)
+    }
+
+    fn revoke_token(&self, jti: &str, revoked_at: u64) -> Result<(), StoreError> {
+        self.on_thread(|config, ctx| {
+            let mut client = connect(config, ctx)?;
+            client
+                .execute(
+                    crate::store::revocation::INSERT_SQL_PG,
+                    &[&jti, &i64::try_from(revoked_at).unwrap_or(i64::MAX)],
+                )
+                .map_err(|e| ctx.backend("cannot revoke a token", &e))?;
+            Ok(())
+        })
+    }
+
+    fn revoked_tokens(&self) -> Result<Vec<String>, StoreError> {
+        self.on_thread(|config, ctx| {
+            let mut client = connect(config, ctx)?;
+            let rows = client
+                .query(crate::store::revocation::SELECT_SQL, &[])
+                .map_err(|e| ctx.backend("cannot read the revoked tokens", &e))?;
+            rows.iter()
+                .map(|r| {
+                    r.try_get::<_, String>(0)
+                        .map_err(|e| ctx.backend("cannot read the revoked tokens", &e))
+                })
+                .collect()
+        })
     }
 
     fn find_key(&self, dataset: &str, key: &str) -> Result<Option<StoredKey>, StoreError> {

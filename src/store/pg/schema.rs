@@ -149,6 +149,8 @@ pub(super) fn init_schema(client: &mut Client, ctx: &Ctx<'_>) -> Result<(), Stor
         .map_err(|e| err("cannot upgrade the schema to version 2", e))?;
     tx.batch_execute(crate::store::idempotency::TABLE_SQL)
         .map_err(|e| err("cannot create dpledger_idempotency", e))?;
+    tx.batch_execute(crate::store::revocation::PG_TABLE_SQL)
+        .map_err(|e| err("cannot create dpledger_revoked_tokens", e))?;
     tx.commit()
         .map_err(|e| err("cannot commit the set-up transaction", e))?;
     if created {

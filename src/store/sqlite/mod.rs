@@ -75,6 +75,34 @@ impl Store for SqliteStore {
         self.writer.append(records, key)
     }
 
+    fn revoke_token(&self, jti: &str, revoked_at: u64) -> Result<(), StoreError> {
+        let store = self.name.as_str();
+        let mut conn = open_connection(&self.path, store)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| db_error(store, "cannot revoke a token", &e))?;
+        tx.execute(
+            crate::store::revocation::INSERT_SQL_SQLITE,
+            rusqlite::params![jti, i64::try_from(revoked_at).unwrap_or(i64::MAX)],
+        )
+        .map_err(|e| db_error(store, "cannot revoke a token", &e))?;
+        tx.commit()
+            .map_err(|e| db_error(store, "cannot revoke a token", &e))
+    }
+
+    fn revoked_tokens(&self) -> Result<Vec<String>, StoreError> {
+        let store = self.name.as_str();
+        let conn = open_reader(&self.path, store)?;
+        let read = |e: rusqlite::Error| db_error(store, "cannot read the revoked tokens", &e);
+        let mut statement = conn
+            .prepare(crate::store::revocation::SELECT_SQL)
+            .map_err(read)?;
+        let rows = statement
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(read)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(read)
+    }
+
     fn find_key(&self, dataset: &str, key: &str) -> Result<Option<StoredKey>, StoreError> {
         let store = self.name.as_str();
         let conn = open_reader(&self.path, store)?;

@@ -124,8 +124,9 @@ pub(super) fn open_writer(path: &Path, store: &str) -> Result<Connection, StoreE
     configure(&conn, store)?;
     check_database(&conn, store)?;
     conn.execute_batch(&format!(
-        "BEGIN IMMEDIATE; {UPGRADE_SQL} {} COMMIT;",
-        crate::store::idempotency::SQLITE_TABLE_SQL
+        "BEGIN IMMEDIATE; {UPGRADE_SQL} {} {} COMMIT;",
+        crate::store::idempotency::SQLITE_TABLE_SQL,
+        crate::store::revocation::SQLITE_TABLE_SQL
     ))
     .map_err(|e| db_error(store, "cannot upgrade the schema to version 2", &e))?;
     Ok(conn)
@@ -384,6 +385,19 @@ fn create_store(path: &Path, store: &str) -> Result<(), StoreError> {
 }
 
 fn initialise(tmp: &Path, store: &str) -> Result<(), StoreError> {
+    // The log holds every example's history: readable only by this user, like
+    // the server secret. SQLite gives its -wal and -shm files the database
+    // file's permissions.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(tmp)
+            .map_err(|e| io_error(store, "cannot create the database file", &e))?;
+    }
     let conn = Connection::open_with_flags(
         tmp,
         OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -56,6 +56,9 @@ from .types import (
     DatasetList,
     DatasetView,
     DrainAnswer,
+    MintedToken,
+    MintTokenRequest,
+    RevokedToken,
     StorageReport,
     EpsilonRequest,
     EpsilonResponse,
@@ -164,6 +167,9 @@ OPERATIONS: Dict[str, Operation] = {
     "cluster_view": Operation("GET", "/v1/cluster", ClusterView, IDEMPOTENT),
     "drain": Operation("POST", "/v1/cluster/nodes/{node}/drain", DrainAnswer, IDEMPOTENT),
     "openapi_json": Operation("GET", "/openapi.json", None, IDEMPOTENT),
+    # tokens (a mint is repeated only if never sent: a retry could mint two)
+    "mint_token": Operation("POST", "/v1/admin/tokens", MintedToken, CONNECT_ONLY),
+    "revoke_token": Operation("POST", "/v1/admin/tokens/{jti}/revoke", RevokedToken, IDEMPOTENT),
 }
 
 
@@ -850,6 +856,37 @@ class Client:
         """Ask cluster node ``node`` to hand its datasets over one by one and exit
         (admin token): a rolling upgrade without failed requests."""
         return self._call("drain", path_params={"node": node})
+
+    def mint_token(
+        self,
+        role: str,
+        dataset: Optional[str] = None,
+        *,
+        datasets: Optional[Sequence[str]] = None,
+        examples: Optional[Iterable[int]] = None,
+        ttl: Optional[str] = None,
+        subject: Optional[str] = None,
+    ) -> MintedToken:
+        """Mint a token with the server secret (admin token): ``ttl`` such as
+        ``"30d"``, ``"1h"`` (at least ``"1s"``). Keep the answer's ``jti`` to
+        revoke it."""
+        request = to_json(
+            MintTokenRequest(
+                role=role,
+                dataset=dataset,
+                datasets=None if datasets is None else list(datasets),
+                examples=None if examples is None else [int(e) for e in examples],
+                ttl=ttl,
+                subject=subject,
+            )
+        )
+        return self._call("mint_token", request)
+
+    def revoke_token(self, jti: str) -> RevokedToken:
+        """Revoke a token by its id (admin token): refused at once by this
+        server, by every other one on the store within the answer's
+        ``others_within_seconds``."""
+        return self._call("revoke_token", path_params={"jti": jti})
 
     def openapi_json(self) -> Dict[str, Any]:
         """The server's OpenAPI document."""

@@ -104,6 +104,9 @@ __all__ = [
     "ClusterDatasetView",
     "ClusterView",
     "DrainAnswer",
+    "MintTokenRequest",
+    "MintedToken",
+    "RevokedToken",
     "from_json",
     "to_json",
     "SCHEMA_TYPES",
@@ -968,6 +971,42 @@ class DrainAnswer:
     __schema__: ClassVar[str] = "DrainAnswer"
     node_id: str
     draining: bool
+
+
+@dataclass
+class MintTokenRequest:
+    """A token to mint (admin): what ``dpledger token`` takes."""
+
+    __schema__: ClassVar[str] = "MintTokenRequest"
+    role: str
+    dataset: Optional[str] = None
+    datasets: Optional[List[str]] = None
+    examples: Optional[List[int]] = None
+    ttl: Optional[str] = None
+    subject: Optional[str] = None
+
+
+@dataclass
+class MintedToken:
+    """A minted token (shown once) and its id, for revoking it."""
+
+    __schema__: ClassVar[str] = "MintedToken"
+    token: str
+    jti: str
+    role: str
+    exp: int
+    iat: int
+
+
+@dataclass
+class RevokedToken:
+    """A revocation: refused at once by the server asked, by every other
+    process on the store within ``others_within_seconds``."""
+
+    __schema__: ClassVar[str] = "RevokedToken"
+    jti: str
+    revoked: bool
+    others_within_seconds: int
 
 
 @dataclass
