@@ -16,7 +16,9 @@ use dpledger::accounting::conversion::Conversion;
 use dpledger::accounting::grid::BucketGrid;
 use dpledger::accounting::orders::ledger_orders;
 use dpledger::accounting::table::{RdpTable, StepMechanism};
-use dpledger::ledger::{replay, DatasetConfig, IndividualBudget, Ledger, StepReport};
+use dpledger::ledger::{
+    replay, DatasetConfig, IndividualBudget, Ledger, RefreshSchedule, StepReport, ThresholdMode,
+};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use std::collections::HashMap;
@@ -117,6 +119,73 @@ fn bench_fast(c: &mut Criterion, n: u64, data: &[(Vec<u64>, Vec<f64>)]) {
             ledger.memory_bytes() as f64 / n as f64,
             ledger.status().retired
         );
+    }
+    group.finish();
+}
+
+/// The predictable protocol's step against the sampled protocol's in the same
+/// run: each iteration sends the scheduled round-robin refresh of `BATCH` ids
+/// (norms at one model state) and then the step (goal: at most 1.3x the
+/// sampled step, `ledger_step/fast_*`). Then one owner's query with the
+/// ex-post bound against the sampled mode's query (goal: at most 1.5x).
+fn bench_predictable(c: &mut Criterion, n: u64, data: &[(Vec<u64>, Vec<f64>)]) {
+    let mut group = c.benchmark_group("ledger_step");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(4));
+    group.throughput(Throughput::Elements(1));
+    let mut cfg = config(n, false);
+    cfg.thresholds = Some(ThresholdMode::Predictable);
+    cfg.refresh = Some(RefreshSchedule {
+        full_every: None,
+        block: Some(BATCH as u64),
+    });
+    let cfg = cfg.with_creation_defaults().expect("valid config");
+    let mut ledger = Ledger::new(cfg).expect("valid config");
+    let mut rng = Pcg64::seed_from_u64(7);
+    let block_norms: Vec<f64> = (0..BATCH).map(|_| norm(&mut rng)).collect();
+    let mut reports: Vec<StepReport> = data
+        .iter()
+        .map(|(ids, norms)| StepReport::new(0, ids.clone(), norms.clone()))
+        .collect();
+    let mut k = 0usize;
+    group.bench_function(
+        format!("predictable_block{BATCH}_n{n}_batch{BATCH}_orders64"),
+        |b| {
+            b.iter(|| {
+                let due = ledger
+                    .refresh_due()
+                    .expect("a block is due before every step");
+                let ids: Vec<u64> = (0..due.count).map(|j| (due.first_id + j) % n).collect();
+                black_box(
+                    ledger
+                        .refresh(&ids, &block_norms[..ids.len()])
+                        .expect("scheduled refresh"),
+                );
+                let report = &mut reports[k % data.len()];
+                k += 1;
+                report.step = ledger.next_step();
+                black_box(ledger.step(report).expect("valid step"));
+            })
+        },
+    );
+    group.finish();
+    let mut sampled = Ledger::new(config(n, false)).expect("valid config");
+    for (t, (ids, norms)) in data.iter().enumerate() {
+        sampled
+            .step(&StepReport::new(t as u64, ids.clone(), norms.clone()))
+            .expect("valid step");
+    }
+    let mut group = c.benchmark_group("privacy_query");
+    group.sample_size(50);
+    for (name, l) in [("sampled", &sampled), ("predictable_ex_post", &ledger)] {
+        let mut id = 0u64;
+        group.bench_function(format!("{name}_n{n}_orders64"), |b| {
+            b.iter(|| {
+                id = (id + 7919) % n;
+                black_box(l.privacy(id, 1e-5, Conversion::Improved).expect("valid id"))
+            })
+        });
     }
     group.finish();
 }
@@ -315,6 +384,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     let data = batches(size.n, 64, 1);
     bench_fast(&mut c, size.n, &data);
+    bench_predictable(&mut c, size.n, &data);
     bench_naive(&mut c, size.n, &data);
     bench_store(&mut c, size.n, &data);
     measure_replay(size.n, size.replay_norms);

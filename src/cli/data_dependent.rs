@@ -92,7 +92,20 @@ impl DataDependentCmd {
             for path in &self.traces {
                 let report = crate::ledger::replay(open(path)?, self.delta, conversion)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                per_run.push(report.examples.iter().map(|x| x.epsilon).collect());
+                // As the server's analysis reads each run: the per-example
+                // value a release would (the ex-post bound with predictable
+                // thresholds, the estimate otherwise), capped by the PLD worst case.
+                let cap = report.worst_case.pld.map(|p| p.epsilon);
+                per_run.push(
+                    report
+                        .examples
+                        .iter()
+                        .map(|x| {
+                            let value = x.ex_post.map_or(x.estimate.epsilon, |e| e.epsilon);
+                            crate::ledger::bounds::capped_value(value, cap)
+                        })
+                        .collect(),
+                );
             }
             analysis.attach_per_instance(&per_run);
         }

@@ -289,7 +289,14 @@ impl Engine {
                         let local = x - part.start;
                         let (p, _) =
                             ds.example_privacy(&ledger, local, delta, request.conversion)?;
-                        epsilons.push(p.epsilon);
+                        // The value the whole analysis reads for it
+                        // (`bounded_epsilons`): ex post, else the estimate,
+                        // capped by the PLD worst case.
+                        let value = p.ex_post.map_or(p.estimate.epsilon, |e| e.epsilon);
+                        epsilons.push(crate::ledger::bounds::capped_value(
+                            value,
+                            p.worst_case_pld_epsilon,
+                        ));
                     }
                     None => {
                         let worst = ds.worst_case_bounds(&ledger, delta, request.conversion)?;

@@ -83,6 +83,9 @@ def main() -> int:
             noise_multiplier=args.noise_multiplier,
             sampling=PoissonSampling(rate=q),
             delta=args.delta,
+            # The integration moves thresholds with its step reports (the
+            # sampled protocol): per-example numbers are estimates.
+            thresholds="sampled",
         ),
     )
     run = LedgerRun(client, args.dataset, trace=args.trace)

@@ -64,6 +64,9 @@ def train_run(client: Client, dataset: str, args, x, y, x_test, y_test, seed: in
             noise_multiplier=args.noise_multiplier,
             sampling=PoissonSampling(rate=args.batch_size / n),
             delta=args.delta,
+            # The integration moves thresholds with its step reports (the
+            # sampled protocol): per-example numbers are estimates.
+            thresholds="sampled",
         ),
     )
     run = LedgerRun(client, dataset)

@@ -135,6 +135,10 @@ def new_id(request) -> "callable":
 
 
 def poisson_config(n: int, q: float = 0.1, sigma: float = 1.0, **kw) -> DatasetConfig:
+    """A Poisson configuration of the sampled protocol (a step report moves a
+    sampled example's threshold), which these tests of the client exercise;
+    pass ``thresholds="predictable"`` for the default mode."""
+    kw.setdefault("thresholds", "sampled")
     return DatasetConfig(
         examples=n,
         max_grad_norm=kw.pop("max_grad_norm", 1.0),

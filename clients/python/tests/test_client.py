@@ -76,7 +76,8 @@ def test_shuffle_dataset_round_trips(server, admin: Client, new_id):
     with pytest.raises(Conflict, match="already processed in epoch 0"):
         admin.report_step(ds, 1, [4, 5], [1.0, 1.0])
     p = admin.example_privacy(ds, 0)
-    assert p.example.guarantee is False
+    assert p.example.ledger == "sampled" and p.example.ex_post is None
+    assert p.example.estimate.kind == "estimate" and p.example.guarantee.kind == "worst_case"
 
 
 def test_steps_thresholds_refresh_privacy(server, admin: Client, new_id):
@@ -96,13 +97,15 @@ def test_steps_thresholds_refresh_privacy(server, admin: Client, new_id):
     admin.report_step(ds, 1, [], [])  # an empty batch is still a step
     p = admin.example_privacy(ds, 7, delta=1e-5)
     assert p.delta == 1e-5 and p.example.id == 7 and p.example.steps == 2
-    assert p.example.guarantee and not p.example.retired
+    # The sampled protocol: the ledger's number is an estimate, the guarantee the worst case.
+    assert p.example.ledger == "sampled" and not p.example.retired
+    assert p.example.guarantee.kind == "worst_case" and p.example.epsilon == p.worst_case.epsilon
     assert len(p.example.rdp) == len(p.worst_case.rdp.rdp) == admin.get_dataset(ds).status.orders
-    assert 0 < p.example.epsilon < p.worst_case.epsilon
+    assert 0 < p.example.rdp_epsilon < p.worst_case.epsilon
     # Example 1 was refreshed to 0 before step 1: it is charged only step 0.
     assert admin.example_privacy(ds, 1).example.rdp_epsilon < p.worst_case.rdp.epsilon
-    classic = admin.example_privacy(ds, 7, conversion="classic").example.epsilon
-    assert classic > p.example.epsilon  # the improved conversion is tighter
+    classic = admin.example_privacy(ds, 7, conversion="classic").example.rdp_epsilon
+    assert classic > p.example.rdp_epsilon  # the improved conversion is tighter
     wc = admin.worst_case(ds, delta=1e-3)
     assert wc.steps == 2 and wc.epsilon < p.worst_case.epsilon
     # The PLD estimate: typed, labelled not a guarantee, beside the unchanged guarantee.

@@ -154,7 +154,7 @@ def test_json_and_binary_reports_give_identical_ledgers(server, admin: Client, n
         assert pa.worst_case == pb.worst_case
     assert admin.thresholds(a) == admin.thresholds(b)
     # Some examples are below the worst case (the comparison is not vacuous).
-    eps = [admin.example_privacy(a, i).example.epsilon for i in range(n)]
+    eps = [admin.example_privacy(a, i).example.rdp_epsilon for i in range(n)]
     assert min(eps) < admin.worst_case(a).epsilon
 
 

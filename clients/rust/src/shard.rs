@@ -273,6 +273,21 @@ pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     outputs.into_iter().flatten().collect()
 }
 
+/// The full passes due on the shards, as one (a sharded dataset schedules
+/// full passes only).
+fn merge_due(answers: &[StepOutcome]) -> Option<crate::types::RefreshDue> {
+    answers
+        .iter()
+        .filter_map(|a| a.refresh_due.clone())
+        .reduce(|a, d| crate::types::RefreshDue {
+            before_step: a.before_step.max(d.before_step),
+            full: a.full && d.full,
+            first_id: 0,
+            count: a.count + d.count,
+            received: a.received + d.received,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,19 +400,4 @@ mod tests {
             Some(400)
         );
     }
-}
-
-/// The full passes due on the shards, as one (a sharded dataset schedules
-/// full passes only).
-fn merge_due(answers: &[StepOutcome]) -> Option<crate::types::RefreshDue> {
-    answers
-        .iter()
-        .filter_map(|a| a.refresh_due.clone())
-        .reduce(|a, d| crate::types::RefreshDue {
-            before_step: a.before_step.max(d.before_step),
-            full: a.full && d.full,
-            first_id: 0,
-            count: a.count + d.count,
-            received: a.received + d.received,
-        })
 }

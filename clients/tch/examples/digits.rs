@@ -122,7 +122,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     if args.create {
-        let config = DatasetConfig::poisson(n, args.clip, args.sigma, q, args.delta);
+        let mut config = DatasetConfig::poisson(n, args.clip, args.sigma, q, args.delta);
+        // The trainer refreshes when it likes (--refresh-every) and moves
+        // thresholds with its reports: the sampled protocol, estimates only.
+        config.thresholds = Some(dpledger_client::ThresholdMode::Sampled);
         runtime.block_on(client.create_dataset(&id, &config))?;
     }
     println!(

@@ -87,7 +87,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut runs = Vec::new();
     for r in 0..args.runs {
         let id = format!("digits-dd-tch-{now}-{r}");
-        let config = DatasetConfig::poisson(n, clip, sigma, q, delta);
+        let mut config = DatasetConfig::poisson(n, clip, sigma, q, delta);
+        // Checkpoint refreshes at the trainer's pace: the sampled protocol.
+        config.thresholds = Some(dpledger_client::ThresholdMode::Sampled);
         runtime.block_on(client.create_dataset(&id, &config))?;
         // As `DpSgd::steps_per_epoch`: a refresh every epoch.
         let per_epoch = (1.0 / q).round().max(1.0) as u64;
