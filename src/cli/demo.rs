@@ -243,6 +243,21 @@ impl DemoCmd {
             },
         ))?;
         eps.sort_by(f64::total_cmp);
+        // Each example's estimate (its threshold ledger by the improved
+        // conversion: no proven statement), beside the ex-post bounds.
+        let mut estimates = runtime.block_on(engine.with_ledger(
+            "demo",
+            |_, ledger| -> anyhow::Result<Vec<f64>> {
+                (0..ledger.examples())
+                    .map(|i| {
+                        Ok(ledger
+                            .privacy(i, self.delta, Conversion::Improved)?
+                            .rdp_epsilon)
+                    })
+                    .collect()
+            },
+        ))?;
+        estimates.sort_by(f64::total_cmp);
         let memory = runtime.block_on(
             engine.with_ledger("demo", |_, ledger| -> anyhow::Result<u64> {
                 Ok(ledger.memory_bytes())
@@ -255,24 +270,37 @@ impl DemoCmd {
         ));
         // What a dashboard may show: a DP release, whose cost is charged to everyone.
         let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
-        let outcome: serde_json::Value = agent
+        // With an individual budget a release must not push a retired
+        // example past it (spec §6): a refusal is printed, not hidden.
+        let released = match agent
             .post(&format!("{base}/v1/datasets/demo/releases"))
             .set("Authorization", &auth)
             .send_json(json!({"mean": {"rho": 0.0025},
                 "quantiles": {"rho": 0.00125, "levels": levels}}))
-            .context("releasing the DP summary")?
-            .into_json()?;
-        let after: serde_json::Value = agent
-            .get(&format!("{base}/v1/datasets/demo/worst-case"))
-            .set("Authorization", &auth)
-            .call()?
-            .into_json()?;
-        let released = render_release(
-            &outcome["release"],
-            &eps,
-            &levels,
-            after["epsilon"].as_f64(),
-        );
+        {
+            Ok(answer) => {
+                let outcome: serde_json::Value = answer.into_json()?;
+                let after: serde_json::Value = agent
+                    .get(&format!("{base}/v1/datasets/demo/worst-case"))
+                    .set("Authorization", &auth)
+                    .call()?
+                    .into_json()?;
+                render_release(
+                    &outcome["release"],
+                    &eps,
+                    &levels,
+                    after["epsilon"].as_f64(),
+                )
+            }
+            Err(ureq::Error::Status(status, answer)) => {
+                let problem: serde_json::Value = answer.into_json().unwrap_or_default();
+                format!(
+                    "\nno DP release for dashboards: the service refused it ({status}: {})\n",
+                    problem["detail"].as_str().unwrap_or("no detail")
+                )
+            }
+            Err(e) => return Err(e).context("releasing the DP summary"),
+        };
         let retired_count = retired.iter().filter(|&&r| r).count();
         let guaranteed = if self.budget > 0.0 {
             format!(
@@ -292,6 +320,7 @@ impl DemoCmd {
             train_secs,
             (worst, &head),
             &eps,
+            &estimates,
             &owners,
         ) + &released)
     }
@@ -304,10 +333,12 @@ fn render(
     secs: f64,
     (worst, worst_text): (f64, &str),
     eps: &[f64],
+    estimates: &[f64],
     owners: &str,
 ) -> String {
     let n = eps.len();
     let quantile = |p: f64| eps[((n as f64 - 1.0) * p).round() as usize];
+    let estimate = |p: f64| estimates[((n as f64 - 1.0) * p).round() as usize];
     let at_worst = eps.iter().filter(|&&e| e >= worst * (1.0 - 1e-9)).count();
     let mut out = format!(
         "dpledger demo: {} examples, q = {:.5}, sigma = {}, {} epochs = {steps} steps, delta = {}\n\
@@ -315,7 +346,8 @@ fn render(
          worst-case epsilon (every example, data-independent): {worst_text}\
          per-example ex-post bound (this run, probability 1 - delta; capped at the worst case): \
          min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}\n\
-         share of examples at the cap: {:.1}%\n\n",
+         share of examples at the cap: {:.1}%\n\
+         per-example estimate (not a guarantee): min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}\n\n",
         cmd.examples,
         cmd.batch_size as f64 / cmd.examples as f64,
         cmd.noise_multiplier,
@@ -326,16 +358,21 @@ fn render(
         quantile(0.5),
         quantile(0.75),
         eps[n - 1],
-        100.0 * at_worst as f64 / n as f64
+        100.0 * at_worst as f64 / n as f64,
+        estimates[0],
+        estimate(0.25),
+        estimate(0.5),
+        estimate(0.75),
+        estimates[n - 1],
     );
     let bins = 20usize;
     let mut counts = vec![0usize; bins];
-    for &e in eps {
+    for &e in estimates {
         let b = ((e / worst) * bins as f64).floor() as usize;
         counts[b.min(bins - 1)] += 1;
     }
     let max = counts.iter().copied().max().unwrap_or(1).max(1);
-    out.push_str("per-example ex-post bound (bins of worst case / 20)\n");
+    out.push_str("per-example estimate (bins of worst case / 20)\n");
     for (b, &c) in counts.iter().enumerate() {
         let lo = worst * b as f64 / bins as f64;
         let hi = worst * (b + 1) as f64 / bins as f64;

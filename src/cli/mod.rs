@@ -28,10 +28,24 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The log filter when `DPLEDGER_LOG` is unset: `info` for `serve` (one
+    /// access line per request), `warn` for the commands a person runs in a
+    /// terminal (the demo's in-process server would otherwise print a line
+    /// per simulated request over its report).
+    pub fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Command::Serve(_) => "info",
+            _ => "warn",
+        }
+    }
+}
+
 /// What `--help` says about logging (the filter is an environment variable so
 /// that it applies before the command line is read).
-const LOGGING_HELP: &str = "Logging: DPLEDGER_LOG sets the filter (default `info`: one access-log \
-line per request, target dpledger::access; e.g. `warn`, `debug`, \
+const LOGGING_HELP: &str =
+    "Logging: DPLEDGER_LOG sets the filter (default `info` for serve: one access-log \
+line per request, target dpledger::access; `warn` for the other commands; e.g. `warn`, `debug`, \
 `info,dpledger::access=warn`, `info,postgres=info,tokio_postgres=info` for PostgreSQL's notices), \
 DPLEDGER_LOG_FORMAT or --log-format `text`|`json` the format. Logs go to stderr; \
 they never hold tokens, request bodies or per-example values. See docs/operations.md.";
@@ -49,14 +63,14 @@ pub enum LogFormat {
 }
 
 /// Install the process's log subscriber: `DPLEDGER_LOG`'s filter (default
-/// `info`) in `format`, on stderr. PostgreSQL's NOTICEs (which the driver logs
+/// `default_filter`: [`Cli::default_log_filter`]) in `format`, on stderr. PostgreSQL's NOTICEs (which the driver logs
 /// at INFO, e.g. `relation ... already exists, skipping` at every start) are
 /// kept below the default level unless the filter names `postgres` (the
 /// blocking driver logs them under `postgres::config`, the async one under
 /// `tokio_postgres::connection`).
-pub fn init_logging(format: LogFormat) {
+pub fn init_logging(format: LogFormat, default_filter: &str) {
     use std::io::IsTerminal;
-    let filter = std::env::var("DPLEDGER_LOG").unwrap_or_else(|_| "info".into());
+    let filter = std::env::var("DPLEDGER_LOG").unwrap_or_else(|_| default_filter.into());
     let filter = if filter.contains("postgres") {
         filter
     } else {

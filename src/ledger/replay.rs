@@ -383,21 +383,33 @@ impl ReplayReport {
             "worst case (data-independent): epsilon = {:.6} by RDP at order {}",
             w.rdp.epsilon, w.rdp.order
         );
+        let ex_post = self.examples.iter().any(|e| e.ex_post.is_some());
         let _ = writeln!(
             out,
-            "per-example epsilon = min(per-instance RDP, worst case by PLD)"
+            "per-example value: {}, capped at the worst case (each example's guarantee \
+             is the worst case, or its individual budget; see --json)",
+            if ex_post {
+                "the ex-post bound (this run, probability 1 - delta)"
+            } else {
+                "the estimate (thresholds not predictable: no proven per-example statement)"
+            }
         );
         if self.examples.is_empty() {
             return out;
         }
-        let mut eps: Vec<f64> = self.examples.iter().map(|e| e.epsilon).collect();
+        let cap = self.worst_case.epsilon;
+        let mut eps: Vec<f64> = self
+            .examples
+            .iter()
+            .map(|e| e.ex_post.map_or(e.estimate.epsilon, |x| x.epsilon).min(cap))
+            .collect();
         eps.sort_by(f64::total_cmp);
         let quantile = |p: f64| {
             let rank = ((p * eps.len() as f64).ceil() as usize).clamp(1, eps.len());
             eps[rank - 1]
         };
         let mean = eps.iter().sum::<f64>() / eps.len() as f64;
-        let _ = writeln!(out, "per-example epsilon:");
+        let _ = writeln!(out, "per-example value:");
         for (label, p) in [
             ("min", 0.0),
             ("p10", 0.10),
