@@ -319,8 +319,7 @@ impl DemoCmd {
             reported,
             train_secs,
             (worst, &head),
-            &eps,
-            &estimates,
+            (&eps, &estimates),
             &owners,
         ) + &released)
     }
@@ -332,8 +331,7 @@ fn render(
     reported: u64,
     secs: f64,
     (worst, worst_text): (f64, &str),
-    eps: &[f64],
-    estimates: &[f64],
+    (eps, estimates): (&[f64], &[f64]),
     owners: &str,
 ) -> String {
     let n = eps.len();
