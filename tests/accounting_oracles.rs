@@ -14,16 +14,8 @@ use dpledger::accounting::conversion::{
 };
 use dpledger::accounting::orders::default_orders;
 use dpledger::accounting::sgm::sgm_rdp;
-use oracle::{f, fixture};
+use oracle::{f, fixture, floats};
 use serde_json::Value;
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number"))
-        .collect()
-}
 
 fn rel(ours: f64, theirs: f64) -> f64 {
     if ours == theirs {

@@ -10,16 +10,8 @@
 mod oracle;
 
 use dpledger::accounting::ex_post::ex_post_epsilon;
-use oracle::{f, fixture};
+use oracle::{f, fixture, floats};
 use serde_json::Value;
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number"))
-        .collect()
-}
 
 /// RDP values; JSON null is +inf.
 fn rdp(v: &Value) -> Vec<f64> {

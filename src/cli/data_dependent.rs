@@ -100,10 +100,7 @@ impl DataDependentCmd {
                     report
                         .examples
                         .iter()
-                        .map(|x| {
-                            let value = x.ex_post.map_or(x.estimate.epsilon, |e| e.epsilon);
-                            crate::ledger::bounds::capped_value(value, cap)
-                        })
+                        .map(|x| crate::ledger::bounds::released_value(x.ex_post, x.estimate, cap))
                         .collect(),
                 );
             }

@@ -123,9 +123,7 @@ impl DemoCmd {
             .set("Authorization", &auth)
             .call()?
             .into_json()?;
-        let mut due = first["refresh_due"]["first_id"]
-            .as_u64()
-            .zip(first["refresh_due"]["count"].as_u64());
+        let mut due = due_block(&first);
         let bar = indicatif::ProgressBar::new(steps);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -194,9 +192,7 @@ impl DemoCmd {
                 .with_context(|| format!("reporting step {t}"))?
                 .into_json()?;
             mark_retired(&answer["retired"], &mut retired);
-            due = answer["refresh_due"]["first_id"]
-                .as_u64()
-                .zip(answer["refresh_due"]["count"].as_u64());
+            due = due_block(&answer);
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -385,6 +381,12 @@ fn render(
          dashboards get the DP release below.\n",
     );
     out
+}
+
+/// The `(first id, count)` of the refresh an answer says is due next.
+fn due_block(answer: &serde_json::Value) -> Option<(u64, u64)> {
+    let due = &answer["refresh_due"];
+    due["first_id"].as_u64().zip(due["count"].as_u64())
 }
 
 /// Note the ids an answer says were retired (the trainer leaves them out).

@@ -292,9 +292,9 @@ impl Engine {
                         // The value the whole analysis reads for it
                         // (`bounded_epsilons`): ex post, else the estimate,
                         // capped by the PLD worst case.
-                        let value = p.ex_post.map_or(p.estimate.epsilon, |e| e.epsilon);
-                        epsilons.push(crate::ledger::bounds::capped_value(
-                            value,
+                        epsilons.push(crate::ledger::bounds::released_value(
+                            p.ex_post,
+                            p.estimate,
                             p.worst_case_pld_epsilon,
                         ));
                     }

@@ -10,7 +10,7 @@
 //! These pure functions are shared by the server and `dpledger replay`, so an
 //! offline replay reproduces exactly what is served.
 
-use super::protocol::{Bound, ExamplePrivacy, PrivacyKind, WorstCase};
+use super::protocol::{Bound, ExamplePrivacy, PrivacyKind, PrivacyPart, WorstCase};
 use crate::accounting::pld::{self, PldEvent, PldOptions};
 use serde::{Deserialize, Serialize};
 
@@ -113,6 +113,17 @@ pub fn capped_value(value: f64, cap: Option<f64>) -> f64 {
         Some(c) if c < value => c,
         _ => value,
     }
+}
+
+/// The value a release (and the data-dependent analysis) reads for an
+/// example from its served parts: its ex-post bound with predictable
+/// thresholds, its estimate otherwise, capped by the public worst case.
+pub fn released_value(
+    ex_post: Option<PrivacyPart>,
+    estimate: PrivacyPart,
+    cap: Option<f64>,
+) -> f64 {
+    capped_value(ex_post.map_or(estimate.epsilon, |e| e.epsilon), cap)
 }
 
 #[cfg(test)]

@@ -220,13 +220,12 @@ impl DatasetConfig {
             });
         }
         self.validate()?;
-        if self.is_predictable() && self.ex_post.is_none() {
+        // The predictable mode is Poisson only (validated above).
+        if let (true, None, Sampling::Poisson { rate }) =
+            (self.is_predictable(), &self.ex_post, self.sampling)
+        {
             let orders = self.sorted_orders()?;
             let grid = self.grid()?;
-            let rate = match self.sampling {
-                Sampling::Poisson { rate } => rate,
-                Sampling::Shuffle { .. } => 1.0,
-            };
             let mechanism = crate::accounting::table::StepMechanism::Poisson {
                 q: rate,
                 sigma: self.noise_multiplier,
@@ -433,11 +432,5 @@ impl DatasetConfig {
             ));
         }
         Ok(orders)
-    }
-
-    /// True when the ledger's per-example numbers support a proven statement
-    /// (the predictable mode with per-example clipping, spec §10).
-    pub fn is_guarantee(&self) -> bool {
-        self.is_predictable()
     }
 }

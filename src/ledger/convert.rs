@@ -31,6 +31,46 @@ struct ExPostSpec {
     delta: f64,
 }
 
+impl ExPostSpec {
+    /// The subset `set` names of `orders`, located once.
+    fn new(orders: &[f64], set: &crate::ledger::config::ExPostOrders, delta: f64) -> Self {
+        Self {
+            indexes: set
+                .orders
+                .iter()
+                .filter_map(|a| orders.iter().position(|b| b == a))
+                .collect(),
+            orders: set.orders.clone(),
+            weights: set.weights.clone(),
+            delta,
+        }
+    }
+
+    /// The ex-post bound of `rdp` (over the ledger's orders).
+    fn epsilon(&self, rdp: &[f64]) -> f64 {
+        let values: Vec<f64> = self.indexes.iter().map(|&j| rdp[j]).collect();
+        crate::accounting::ex_post::ex_post_epsilon(
+            &self.orders,
+            &self.weights,
+            &values,
+            self.delta,
+        )
+    }
+}
+
+/// The ex-post bound (spec §10) of one RDP vector over `orders` at the subset
+/// `set` names: what [`Converter::ex_post`] computes for every example of a
+/// release, without the optimal conversion's per-order constants that one
+/// query would not use.
+pub(crate) fn ex_post_epsilon_of(
+    orders: &[f64],
+    set: &crate::ledger::config::ExPostOrders,
+    rdp: &[f64],
+    delta: f64,
+) -> f64 {
+    ExPostSpec::new(orders, set, delta).epsilon(rdp)
+}
+
 impl Converter {
     /// The ex-post bound (spec §10) of RDP vectors over `orders` at `delta`,
     /// at the subset `ex_post` names (validated at creation: a subset of
@@ -40,18 +80,8 @@ impl Converter {
         ex_post: &crate::ledger::config::ExPostOrders,
         delta: f64,
     ) -> Self {
-        let indexes = ex_post
-            .orders
-            .iter()
-            .filter_map(|a| orders.iter().position(|b| b == a))
-            .collect();
         Self {
-            ex_post: Some(ExPostSpec {
-                indexes,
-                orders: ex_post.orders.clone(),
-                weights: ex_post.weights.clone(),
-                delta,
-            }),
+            ex_post: Some(ExPostSpec::new(orders, ex_post, delta)),
             ..Self::new(orders, delta, Conversion::Improved)
         }
     }
@@ -60,14 +90,8 @@ impl Converter {
     #[inline]
     fn ex_post_of(&self, rdp: &[f64]) -> Option<EpsilonAtOrder> {
         let spec = self.ex_post.as_ref()?;
-        let values: Vec<f64> = spec.indexes.iter().map(|&j| rdp[j]).collect();
         Some(EpsilonAtOrder {
-            epsilon: crate::accounting::ex_post::ex_post_epsilon(
-                &spec.orders,
-                &spec.weights,
-                &values,
-                spec.delta,
-            ),
+            epsilon: spec.epsilon(rdp),
             order: spec.orders.first().copied().unwrap_or(f64::NAN),
         })
     }

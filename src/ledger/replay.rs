@@ -401,7 +401,7 @@ impl ReplayReport {
         let mut eps: Vec<f64> = self
             .examples
             .iter()
-            .map(|e| e.ex_post.map_or(e.estimate.epsilon, |x| x.epsilon).min(cap))
+            .map(|e| super::bounds::released_value(e.ex_post, e.estimate, Some(cap)))
             .collect();
         eps.sort_by(f64::total_cmp);
         let quantile = |p: f64| {

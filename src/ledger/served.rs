@@ -16,7 +16,7 @@
 //!   sampling bits; in either mode a realized sum is not a tail bound).
 
 use super::config::ExPostOrders;
-use super::convert::Converter;
+use super::convert::{ex_post_epsilon_of, Converter};
 use super::protocol::{Bound, ExamplePrivacy, LedgerKind, PrivacyKind, PrivacyPart};
 use crate::accounting::conversion::Conversion;
 
@@ -76,9 +76,7 @@ pub(crate) fn example_privacy(
     let ex_post = match ctx.ex_post {
         Some(set) if ctx.predictable => Some(PrivacyPart {
             kind: PrivacyKind::ExPost,
-            epsilon: Converter::ex_post(ctx.orders, set, delta)
-                .epsilon(&rdp)
-                .epsilon,
+            epsilon: ex_post_epsilon_of(ctx.orders, set, &rdp, delta),
             delta,
         }),
         _ => None,

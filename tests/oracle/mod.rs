@@ -17,3 +17,12 @@ pub fn f(v: &Value, key: &str) -> f64 {
         .as_f64()
         .unwrap_or_else(|| panic!("missing number {key} in {v}"))
 }
+
+/// The numbers of array `v`; a non-number is a broken fixture.
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}

@@ -244,7 +244,7 @@ impl Ledger {
                 received: p.received,
                 count: p.count,
             }),
-            guarantee: self.config.is_guarantee(),
+            guarantee: self.config.is_predictable(),
             retired: self.retired,
             over_budget: self.over_budget,
             filter: self.filter.as_ref().map(|f| FilterStatus {

@@ -191,8 +191,8 @@ impl Ledger {
         };
         self.sync_seg_tables();
         // The predictable mode charges every example at its threshold (the
-        // threshold ledger, spec §3.4): a report changes nothing, so the loop
-        // below only skips work and the filter's queued checks stand.
+        // threshold ledger, spec §3.4): a report changes nothing, so the
+        // per-report loop below is skipped and the filter's queued checks stand.
         let moves_thresholds = !self.config.is_predictable();
         // Per-report filter checks, unless the bound grew and all are redone below.
         let mut checks = if recompute || !moves_thresholds {
@@ -209,7 +209,8 @@ impl Ledger {
         };
         self.pld
             .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
-        for (ids, norms) in batches.iter().filter(|_| moves_thresholds) {
+        let moving: &[(&[u64], &[f64])] = if moves_thresholds { batches } else { &[] };
+        for (ids, norms) in moving {
             for (j, (&id, &g)) in ids.iter().zip(norms.iter()).enumerate() {
                 if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
                     let ahead = ahead as usize;
