@@ -544,7 +544,8 @@ fn a_release_never_retires_examples_behind_the_trainers_back() {
     let curator = server.token("curator", Some("d"), None);
     let owner = server.token("owner", Some("d"), Some("0"));
     let before = owner_privacy(&server, &owner, 0);
-    // rho = 1 costs alpha at every order: far past an epsilon-3 budget.
+    // rho = 1 costs alpha at every order: far past an epsilon-3 budget, so it
+    // would leave every example out and tell nothing.
     let r = post(
         &url(&server, "/releases"),
         Some(&curator),
@@ -552,7 +553,10 @@ fn a_release_never_retires_examples_behind_the_trainers_back() {
     );
     assert_eq!(r.status, 409, "{:?}", r.body);
     assert!(
-        r.body["detail"].as_str().unwrap().contains("retire"),
+        r.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("leave every example out"),
         "{:?}",
         r.body
     );
@@ -596,7 +600,7 @@ fn viewers_read_a_refused_policy_release_without_data_dependent_counts() {
         .expect("the policy's release was refused")
         .to_string();
     assert!(
-        detail.contains("retire") && detail.chars().any(|c| c.is_ascii_digit()),
+        detail.contains("every example") && detail.chars().any(|c| c.is_ascii_digit()),
         "curators read the count: {detail}"
     );
     assert_eq!(
@@ -614,6 +618,82 @@ fn viewers_read_a_refused_policy_release_without_data_dependent_counts() {
             );
             assert_ne!(reason, detail);
         }
+    }
+}
+
+/// Spec §6: a release leaves out of its input the examples it would push past
+/// their individual budget; they bear none of its cost, the others all of it,
+/// viewers never learn which were left out, and a restart keeps it so.
+#[test]
+fn a_release_leaves_out_examples_near_their_individual_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), None);
+    create_with_individual_budget(&server, json!({}));
+    refresh_all(&server);
+    let curator = server.token("curator", Some("d"), None);
+    let viewer = server.token("viewer", Some("d"), None);
+    // Even ids (at C) retire together; odd ids (small threshold) train on.
+    let mut t = 0;
+    while get(&url(&server, ""), Some(&curator)).body["status"]["retired"] == json!(0) {
+        assert!(t < 400, "no example retired");
+        run_steps(&server, t, t + 10);
+        t += 10;
+    }
+    let filter = get(&url(&server, ""), Some(&curator)).body["status"]["filter"].clone();
+    let order = filter["order"].as_f64().unwrap();
+    let rho = 2.0 * dpledger::accounting::sgm::sgm_rdp(0.1, 1.0, order) / order;
+    let owners: Vec<String> = ["0", "1"]
+        .iter()
+        .map(|id| server.token("owner", Some("d"), Some(id)))
+        .collect();
+    let before: Vec<Value> = (0..2)
+        .map(|i| owner_privacy(&server, &owners[i], i as u64))
+        .collect();
+    assert_eq!(
+        before[0]["example"]["retired"],
+        json!(true),
+        "{:?}",
+        before[0]
+    );
+    assert_eq!(
+        before[1]["example"]["retired"],
+        json!(false),
+        "{:?}",
+        before[1]
+    );
+    let r = post(
+        &url(&server, "/releases"),
+        Some(&curator),
+        &json!({"mean": {"rho": rho}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let after: Vec<Value> = (0..2)
+        .map(|i| owner_privacy(&server, &owners[i], i as u64))
+        .collect();
+    assert_eq!(
+        after[0]["example"]["rdp"], before[0]["example"]["rdp"],
+        "left out: it bears nothing"
+    );
+    // Not left out: it bears rho * alpha at every order alpha (increasing),
+    // the filter's order among them.
+    let (was, now) = (
+        floats(&before[1]["example"]["rdp"]),
+        floats(&after[1]["example"]["rdp"]),
+    );
+    let alphas: Vec<f64> = was.iter().zip(&now).map(|(w, n)| (n - w) / rho).collect();
+    assert!(alphas.windows(2).all(|w| w[0] < w[1]), "{alphas:?}");
+    assert!(alphas.iter().any(|a| rel(*a, order) < 1e-9), "{alphas:?}");
+    for token in [&curator, &viewer] {
+        let listed = get(&url(&server, "/releases"), Some(token)).body;
+        assert!(!listed.to_string().contains("left_out"), "{listed}");
+    }
+    server.restart();
+    for i in 0..2 {
+        assert_eq!(
+            owner_privacy(&server, &owners[i], i as u64)["example"]["rdp"],
+            after[i]["example"]["rdp"],
+            "example {i} after a restart"
+        );
     }
 }
 

@@ -191,6 +191,7 @@ fn run_trace(seed: u64, shuffle: bool, filter: bool) -> usize {
                     sigma: 10.0,
                     count: 1,
                 }]),
+                &[],
             );
             naive.retire(&out.unwrap());
         }

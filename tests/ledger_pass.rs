@@ -14,9 +14,14 @@ use dpledger::accounting::Conversion;
 use dpledger::ledger::{DatasetConfig, Ledger, StepReport};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use traces::{config, trace, Op};
 
 const DELTAS: [f64; 3] = [1e-5, 0.3, 1e-12];
+
+/// Examples the traces' releases left out, over all runs: the pass's
+/// per-example release charges must have been exercised.
+static LEFT_OUT: AtomicUsize = AtomicUsize::new(0);
 
 /// A small random configuration at the default 64 orders (`orders64`) or the
 /// traces' 5.
@@ -34,12 +39,21 @@ fn apply(ledger: &mut Ledger, op: &Op) {
         Op::Step(r) => drop(ledger.step(r)),
         Op::Refresh(ids, norms) => drop(ledger.refresh(ids, norms)),
         Op::Release => {
-            let charge = vec![0.01; ledger.orders().len()];
+            // Every other release is large: with a filter it leaves the
+            // examples near their budget out, whose charges are then their own.
+            let size = if ledger.releases() % 2 == 1 {
+                0.4
+            } else {
+                0.01
+            };
+            let charge = vec![size; ledger.orders().len()];
             let pld = [PldEvent::Gaussian {
                 sigma: 10.0,
                 count: 1,
             }];
-            drop(ledger.charge_release_with_pld(&charge, Some(&pld)));
+            let left_out = ledger.release_left_out(&charge);
+            LEFT_OUT.fetch_add(left_out.len(), Ordering::Relaxed);
+            drop(ledger.charge_release_with_pld(&charge, Some(&pld), &left_out));
         }
     }
 }
@@ -122,6 +136,10 @@ fn the_pass_serves_each_examples_own_query_bit_for_bit() {
         }
         run(seed, false, seed % 2 == 0, false);
     }
+    assert!(
+        LEFT_OUT.load(Ordering::Relaxed) > 0,
+        "no release left an example out: the traces miss that case"
+    );
 }
 
 /// More than 4,095 steps at one `(segment, level)` (a wide entry), with

@@ -41,7 +41,7 @@ fn offline(config: &DatasetConfig, step: u64, releases: &[ReleaseRequest]) -> (f
     for r in releases {
         let events = release_pld_events(r);
         ledger
-            .charge_release_with_pld(&rdp_of_rho(ledger.orders(), r.rho()), Some(&events))
+            .charge_release_with_pld(&rdp_of_rho(ledger.orders(), r.rho()), Some(&events), &[])
             .unwrap();
     }
     let rdp = ledger.worst_case(DELTA, Conversion::default()).unwrap();

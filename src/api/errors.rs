@@ -44,7 +44,9 @@ impl From<EngineError> for Problem {
             }
             EngineError::NotFound(_) => Problem::not_found(detail),
             EngineError::Conflict { field, .. } => with_field(Problem::conflict(detail), field),
-            EngineError::WouldRetire { .. } => Problem::conflict(detail),
+            EngineError::WouldRetire { .. } | EngineError::LeavesOutEveryone { .. } => {
+                Problem::conflict(detail)
+            }
             EngineError::OverBudget { refusal, .. } => {
                 Problem::conflict(detail).with_budget(refusal)
             }

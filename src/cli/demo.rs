@@ -238,6 +238,21 @@ impl DemoCmd {
                 Ok(ds.bounded_epsilons(ledger, &worst, self.delta, Conversion::Improved)?)
             },
         ))?;
+        // The release below reads the same values, with the examples it
+        // leaves out (near their individual budget, spec §6) at 0.
+        let (mean_rho, quantiles_rho) = (0.0025, 0.00125);
+        let left_out = runtime.block_on(engine.with_ledger(
+            "demo",
+            |_, ledger| -> anyhow::Result<Vec<u32>> {
+                let rdp = crate::release::rdp_of_rho(ledger.orders(), mean_rho + quantiles_rho);
+                Ok(ledger.release_left_out(&rdp))
+            },
+        ))?;
+        let mut release_input = eps.clone();
+        for &i in &left_out {
+            release_input[i as usize] = 0.0;
+        }
+        release_input.sort_by(f64::total_cmp);
         eps.sort_by(f64::total_cmp);
         // Each example's estimate (its threshold ledger by the improved
         // conversion: no proven statement), beside the ex-post bounds.
@@ -266,13 +281,13 @@ impl DemoCmd {
         ));
         // What a dashboard may show: a DP release, whose cost is charged to everyone.
         let levels = [0.1, 0.3, 0.5, 0.7, 0.9];
-        // With an individual budget a release must not push a retired
-        // example past it (spec §6): a refusal is printed, not hidden.
+        // With an individual budget the release leaves out the examples it
+        // would push past it (spec §6); a refusal is printed, not hidden.
         let released = match agent
             .post(&format!("{base}/v1/datasets/demo/releases"))
             .set("Authorization", &auth)
-            .send_json(json!({"mean": {"rho": 0.0025},
-                "quantiles": {"rho": 0.00125, "levels": levels}}))
+            .send_json(json!({"mean": {"rho": mean_rho},
+                "quantiles": {"rho": quantiles_rho, "levels": levels}}))
         {
             Ok(answer) => {
                 let outcome: serde_json::Value = answer.into_json()?;
@@ -283,7 +298,8 @@ impl DemoCmd {
                     .into_json()?;
                 render_release(
                     &outcome["release"],
-                    &eps,
+                    &release_input,
+                    left_out.len(),
                     &levels,
                     after["epsilon"].as_f64(),
                 )
@@ -403,18 +419,22 @@ fn mark_retired(ids: &serde_json::Value, retired: &mut [bool]) {
     }
 }
 
-/// The DP release beside the exact values it estimates.
+/// The DP release beside the exact values of its input (`eps`, sorted, with
+/// the `left_out` examples near their individual budget at 0).
 fn render_release(
     release: &serde_json::Value,
     eps: &[f64],
+    left_out: usize,
     levels: &[f64],
     worst_after: Option<f64>,
 ) -> String {
     let pop = &release["values"]["population"];
     let exact_mean = eps.iter().sum::<f64>() / eps.len() as f64;
     let mut out = format!(
-        "\nDP release #{} for dashboards (zCDP rho = {}, charged to every example and the worst case):\n\
-         \x20 statistic   released   exact (curator only)\n\
+        "\nDP release #{} for dashboards (zCDP rho = {}, charged to the worst case and to every \
+         example but the {left_out} it left out, whose terms are 0: their budgets had no room \
+         for it):\n\
+         \x20 statistic   released   exact input (curator only)\n\
          \x20 mean        {:<10.4} {exact_mean:.4}\n",
         release["id"],
         release["rho"].as_f64().unwrap_or(f64::NAN),

@@ -7,7 +7,7 @@ use super::error::EngineError;
 use crate::ledger::Ledger;
 use crate::release::{
     rdp_of_rho, release_pld_events, BudgetStatus, LabelRecord, Labels, Release, ReleasePolicy,
-    Statistics,
+    ReleaseRecord, Statistics,
 };
 use crate::store::{Record, RecordKind};
 use serde::{Deserialize, Serialize};
@@ -66,12 +66,23 @@ pub(super) fn json_record(
     })
 }
 
-/// Charge a release to the ledger and add it to the book: the one way a release
-/// takes effect, live and during recovery. Checked beforehand to retire no one.
+/// A stored release record: the release and the examples it left out of its
+/// input (sorted ids).
+pub(super) fn parse_release(payload: &[u8]) -> Result<(Release, Vec<u32>), String> {
+    let record: ReleaseRecord =
+        serde_json::from_slice(payload).map_err(|e| format!("release: {e}"))?;
+    let left_out = record.left_out.ids()?;
+    Ok((record.release, left_out))
+}
+
+/// Charge a release to the ledger, leaving out the examples `left_out` (sorted
+/// ids), and add it to the book: the one way a release takes effect, live and
+/// during recovery. Checked beforehand to retire no one.
 pub(super) fn apply_release(
     ledger: &mut Ledger,
     book: &mut ReleaseBook,
     release: Release,
+    left_out: &[u32],
 ) -> Result<(), String> {
     if release.id != book.budget.releases + 1 {
         return Err(format!(
@@ -82,7 +93,7 @@ pub(super) fn apply_release(
     let rdp = rdp_of_rho(ledger.orders(), release.rho);
     let events = release_pld_events(&release.request);
     let retired = ledger
-        .charge_release_with_pld(&rdp, Some(&events))
+        .charge_release_with_pld(&rdp, Some(&events), left_out)
         .map_err(|e| format!("release {} does not apply: {e}", release.id))?;
     if !retired.is_empty() {
         // The pre-check has a safety margin, so this does not happen; the log is
@@ -115,8 +126,7 @@ pub(super) fn rebuild_book(
     for (kind, payload) in records {
         match kind {
             RecordKind::Release => {
-                let release: Release =
-                    serde_json::from_slice(payload).map_err(|e| format!("release: {e}"))?;
+                let (release, _) = parse_release(payload)?;
                 if release.id != book.budget.releases + 1 {
                     return Err(format!(
                         "release {} recorded after release {}",

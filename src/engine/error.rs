@@ -61,17 +61,33 @@ pub enum EngineError {
         /// What was spent and what was asked.
         refusal: BudgetRefusal,
     },
-    /// A release that would bring examples so close to their individual budget
-    /// that the filter would retire them (releases never retire examples). The
-    /// count depends on individual epsilons: only curators may read it.
+    /// A release that would bring examples it does not leave out so close to
+    /// their individual budget that the filter would retire them, or past it
+    /// (releases never retire examples). Examples near their budget are left
+    /// out of a release's input (spec §6) by their ledgers at the step the
+    /// release read; this happens when steps since brought others near, or on
+    /// a sharded dataset, whose releases leave no one out. The count depends
+    /// on individual epsilons: only curators may read it.
     #[error(
-        "this release would push {would_retire} examples so close to their individual \
-         budget that the filter would retire them; releases never retire examples \
-         (trainers learn of retirements only from step answers): spend less rho"
+        "this release would push {would_retire} examples that it does not leave out of its \
+         input so close to their individual budget that the filter would retire them (steps \
+         applied while it was computed brought them near it, or the dataset is sharded, \
+         whose releases leave no example out); releases never retire examples (trainers \
+         learn of retirements only from step answers): retry, or spend less rho"
     )]
     WouldRetire {
         /// How many examples the filter would retire.
         would_retire: u64,
+    },
+    /// A release whose cost would pass the individual budget of every example:
+    /// it would leave them all out of its input and tell nothing.
+    #[error(
+        "this release's cost would pass the individual budget of all {examples} examples, so \
+         it would leave every example out of its input and tell nothing: spend less rho"
+    )]
+    LeavesOutEveryone {
+        /// The dataset's number of examples.
+        examples: u64,
     },
     /// The store refused or failed an append; nothing was acknowledged. With
     /// [`StoreError::OutcomeUnknown`] the change may nevertheless be in the log
@@ -124,6 +140,10 @@ impl EngineError {
             EngineError::WouldRetire { .. } => {
                 "this release would bring examples too close to their individual budget \
                  (releases never retire examples): a curator can lower the policy's rho"
+            }
+            EngineError::LeavesOutEveryone { .. } => {
+                "this release's cost passes every example's individual budget, so it would \
+                 leave every example out: a curator can lower the policy's rho"
             }
             EngineError::Store(_)
             | EngineError::Unavailable(_)

@@ -237,14 +237,13 @@ fn apply_record(
         }
         RecordKind::Release => {
             let ds = existing()?;
-            let release: crate::release::Release =
-                serde_json::from_slice(&rec.payload).map_err(|e| format!("release: {e}"))?;
+            let (release, left_out) = super::book::parse_release(&rec.payload)?;
             let mut ledger = ds
                 .ledger
                 .try_write()
                 .map_err(|_| "ledger busy during recovery".to_string())?;
             let mut book = ds.book_write();
-            apply_release(&mut ledger, &mut book, release)?;
+            apply_release(&mut ledger, &mut book, release, &left_out)?;
         }
         kind @ (RecordKind::BudgetChange | RecordKind::Labels | RecordKind::ReleasePolicy) => {
             let ds = existing()?;

@@ -40,7 +40,7 @@ use crate::accounting::pld::PldEvent;
 use crate::accounting::Conversion;
 use crate::ledger::bounds::{capped_value, combine_worst_case, PldWorstCase};
 use crate::ledger::{Ledger, ViewToken, WorstCase};
-use crate::release::{compute, Labels, Release, ReleaseRequest, ReleaseTrigger};
+use crate::release::{compute, rdp_of_rho, Labels, Release, ReleaseRequest, ReleaseTrigger};
 use crate::store::IdempotencyKey;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,6 +75,9 @@ pub(super) struct OpenView {
     /// A by-group release's labels, as at the view's step.
     labels: Option<Labels>,
     examples: usize,
+    /// The examples the release leaves out of its input (sorted ids, spec §6):
+    /// their terms are 0 and the release costs them nothing.
+    left_out: Vec<u32>,
     open: bool,
     /// A curator's idempotency key, stored with the release at commit.
     key: Option<IdempotencyKey>,
@@ -153,7 +156,10 @@ impl Engine {
         request: ReleaseRequest,
         trigger: ReleaseTrigger,
     ) -> EngineResult<ReleaseOutcome> {
-        let (bound, epsilons) = self.view_pass(view, true).await?;
+        let (bound, mut epsilons) = self.view_pass(view, true).await?;
+        for &i in &view.left_out {
+            epsilons[i as usize] = 0.0;
+        }
         let labels = view.labels.take().unwrap_or_default();
         let values = {
             let request = request.clone();
@@ -253,10 +259,12 @@ impl Engine {
             check_budget(&ds, &book, release.rho)?;
             release.id = book.budget.releases + 1;
         }
-        check_charge(&ledger, release.rho)?;
+        check_charge(&ledger, release.rho, &view.left_out)?;
         release.released_at = now_secs();
         let key = view.key.take();
-        self.publish(&ds, &mut ledger, release, key).await
+        let left_out = std::mem::take(&mut view.left_out);
+        self.publish(&ds, &mut ledger, release, &left_out, key)
+            .await
     }
 }
 
@@ -291,7 +299,7 @@ pub(super) fn open_view(
     ledger: &mut Ledger,
     request: &ReleaseRequest,
 ) -> EngineResult<OpenView> {
-    open_view_with(ds, ledger, request, true)
+    open_view_with(ds, ledger, request, true, true)
 }
 
 impl Engine {
@@ -306,17 +314,20 @@ impl Engine {
         ledger: &mut Ledger,
         request: &ReleaseRequest,
     ) -> EngineResult<OpenView> {
-        open_view_with(ds, ledger, request, false)
+        open_view_with(ds, ledger, request, false, false)
     }
 }
 
 /// [`open_view`], refusing a by-group release of a dataset without labels
-/// only when `labels_required`.
+/// only when `labels_required`, and leaving out of the release's input the
+/// examples it would push past their budget when `leave_out` (else refusing
+/// a release that would: a shard's part, whose commit records no ids).
 fn open_view_with(
     ds: &Arc<Dataset>,
     ledger: &mut Ledger,
     request: &ReleaseRequest,
     labels_required: bool,
+    leave_out: bool,
 ) -> EngineResult<OpenView> {
     let rho = request.rho();
     let labels = {
@@ -327,7 +338,16 @@ fn open_view_with(
         }
         request.by_group.then(|| book.labels.clone())
     };
-    check_charge(ledger, rho)?;
+    let left_out = if leave_out {
+        ledger.release_left_out(&rdp_of_rho(ledger.orders(), rho))
+    } else {
+        Vec::new()
+    };
+    let examples = ledger.examples();
+    if examples > 0 && left_out.len() as u64 == examples {
+        return Err(EngineError::LeavesOutEveryone { examples });
+    }
+    check_charge(ledger, rho, &left_out)?;
     let delta = request.delta.unwrap_or(ledger.config().delta);
     let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
     let pld_at = (ledger.next_step(), ledger.releases());
@@ -347,6 +367,7 @@ fn open_view_with(
         pld_events,
         labels,
         examples: ledger.examples() as usize,
+        left_out,
         open: true,
         key: None,
     })

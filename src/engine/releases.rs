@@ -13,7 +13,9 @@ use super::error::{BudgetRefusal, EngineError, EngineResult};
 use super::idempotency::Persisted;
 use super::Engine;
 use crate::ledger::Ledger;
-use crate::release::{rdp_of_rho, BudgetStatus, LabelAssignment, Release, ReleasePolicy};
+use crate::release::{
+    rdp_of_rho, BudgetStatus, LabelAssignment, LeftOut, Release, ReleasePolicy, ReleaseRecord,
+};
 use crate::store::{IdempotencyKey, RecordKind, StoredKey};
 use serde::Serialize;
 use std::sync::Arc;
@@ -72,13 +74,14 @@ pub(super) fn check_labels(ds: &Dataset, book: &ReleaseBook, by_group: bool) -> 
 }
 
 /// Refuse a charge of `rho` that the ledger cannot take now: a multi-part step
-/// is incomplete, or the charge would retire examples. A trainer learns of
-/// retirements only from step answers (a retried step's answer included): one
-/// caused by a release would be clipped at its old threshold yet charged
-/// nothing. So a release never retires anyone.
-pub(super) fn check_charge(ledger: &Ledger, rho: f64) -> EngineResult<()> {
+/// is incomplete, or the charge would retire examples outside `left_out`
+/// (sorted ids the release leaves out of its input) or push them past their
+/// budget. A trainer learns of retirements only from step answers (a retried
+/// step's answer included): one caused by a release would be clipped at its
+/// old threshold yet charged nothing. So a release never retires anyone.
+pub(super) fn check_charge(ledger: &Ledger, rho: f64, left_out: &[u32]) -> EngineResult<()> {
     ledger.check_release()?;
-    let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho));
+    let would_retire = ledger.release_would_retire(&rdp_of_rho(ledger.orders(), rho), left_out);
     if would_retire > 0 {
         return Err(EngineError::WouldRetire { would_retire });
     }
@@ -112,9 +115,15 @@ impl Engine {
         ds: &Dataset,
         ledger: &mut Ledger,
         release: Release,
+        left_out: &[u32],
         key: Option<IdempotencyKey>,
     ) -> EngineResult<ReleaseOutcome> {
-        let rec = json_record(&ds.id, RecordKind::Release, &release)?;
+        let record = ReleaseRecord {
+            release,
+            left_out: LeftOut::from_ids(left_out),
+        };
+        let rec = json_record(&ds.id, RecordKind::Release, &record)?;
+        let release = record.release;
         // A retry is answered with this very release: it is stored with the key.
         let key = key.map(|k| IdempotencyKey {
             answer: rec.payload.clone(),
@@ -124,7 +133,7 @@ impl Engine {
             return released_answer(ds, &done);
         }
         let mut book = ds.book_write();
-        apply_release(ledger, &mut book, release.clone()).map_err(|e| {
+        apply_release(ledger, &mut book, release.clone(), left_out).map_err(|e| {
             tracing::error!(dataset = ds.id, error = %e, "release persisted but not applied");
             self.heal(ds);
             EngineError::Internal(
@@ -258,7 +267,7 @@ impl Engine {
 /// The answer to a retried release: the release its key stored, and the budget
 /// as it is now.
 pub(super) fn released_answer(ds: &Dataset, done: &StoredKey) -> EngineResult<ReleaseOutcome> {
-    let release: Release = serde_json::from_slice(&done.answer).map_err(|e| {
+    let (release, _) = super::book::parse_release(&done.answer).map_err(|e| {
         EngineError::Internal(format!(
             "the stored answer of this release is unreadable: {e}"
         ))

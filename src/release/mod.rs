@@ -16,6 +16,7 @@ pub mod mean;
 pub mod noise;
 pub mod pld;
 pub mod quantiles;
+pub mod record;
 pub mod request;
 pub mod summary;
 
@@ -25,6 +26,7 @@ pub use histogram::HistogramValue;
 pub use labels::{LabelAssignment, LabelRecord, Labels};
 pub use mean::MeanValue;
 pub use pld::release_pld_events;
+pub use record::{LeftOut, ReleaseRecord};
 pub use request::{
     HistogramRequest, MeanRequest, QuantileMethod, QuantilesRequest, ReleaseRequest,
 };

@@ -128,7 +128,8 @@ pub fn apply(ledger: &mut Ledger, op: &Op) -> String {
                 Some(&[PldEvent::Gaussian {
                     sigma: 10.0,
                     count: 1
-                }])
+                }]),
+                &[]
             )
         ),
     }

@@ -126,7 +126,7 @@ impl Engine {
             check_budget(ds, &book, rho)?;
             (book.budget, book.labels.names().to_vec())
         };
-        check_charge(&ledger, rho)?;
+        check_charge(&ledger, rho, &[])?;
         let prepared = Prepared {
             epoch,
             step: view.step(),

@@ -29,7 +29,7 @@
 //! `abort` or the fence refused it).
 
 use super::ClusterNode;
-use crate::engine::book::{apply_release, apply_setting, export_gauges};
+use crate::engine::book::{apply_release, apply_setting, export_gauges, parse_release};
 use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::now_secs;
@@ -511,9 +511,10 @@ impl Engine {
             let mut book = ds.book_write();
             match rec.kind {
                 RecordKind::Release => {
-                    let release: Release = serde_json::from_slice(&rec.payload)
-                        .map_err(|e| EngineError::Internal(format!("release: {e}")))?;
-                    apply_release(ledger, &mut book, release).map_err(EngineError::Internal)?;
+                    let (release, left_out) =
+                        parse_release(&rec.payload).map_err(EngineError::Internal)?;
+                    apply_release(ledger, &mut book, release, &left_out)
+                        .map_err(EngineError::Internal)?;
                     metrics::counter!("dpledger_releases_total").increment(1);
                 }
                 RecordKind::Archived => {

@@ -5,7 +5,7 @@
 //! Answers computed from them go through the same functions as the live
 //! ledger's, so they are bit for bit the same.
 
-use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
+use super::columns::{ALL_TOP, LEFT_OUT, OVER_BUDGET, RETIRED};
 use super::query::worst_case_of;
 use super::{Accrual, Ledger};
 use crate::accounting::conversion::Conversion;
@@ -56,8 +56,9 @@ impl Ledger {
     pub fn archived_example(&self, id: u64) -> Result<ArchivedExample, LedgerError> {
         let i = self.check_id(id)?;
         let f = self.flags[i];
-        let top_only =
-            matches!(self.accrual, Accrual::Poisson(_)) && f & ALL_TOP != 0 && f & RETIRED == 0;
+        let top_only = matches!(self.accrual, Accrual::Poisson(_))
+            && f & ALL_TOP != 0
+            && f & (RETIRED | LEFT_OUT) == 0;
         let rdp = (!top_only).then(|| {
             let mut rdp = vec![0.0; self.m];
             self.rdp_into(i, &mut rdp);

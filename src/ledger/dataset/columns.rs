@@ -19,6 +19,9 @@ pub(super) const OVER_BUDGET: u8 = 4;
 pub(super) const SEEN: u8 = 8;
 /// In a received part of the step in progress.
 pub(super) const PENDING: u8 = 16;
+/// Left out of at least one release: its release charges are its share
+/// class's (`left_out.rs`), not the dataset-wide offset.
+pub(super) const LEFT_OUT: u8 = 32;
 
 /// How many reports ahead the accrual loop prefetches per-example state. A report
 /// touches a few small columns (flags, bucket, the level history's run start and
@@ -105,6 +108,7 @@ impl Ledger {
             + self.flags.capacity()
             + self.seg_tables.capacity() * 8
             + self.release.capacity() * 8
+            + self.shares.bytes()
             + self.pld.bytes()
             + self.levels.bytes() as usize;
         bytes += match &self.accrual {

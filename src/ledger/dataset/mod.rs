@@ -50,6 +50,7 @@ mod archive;
 mod columns;
 mod compact;
 mod flat;
+mod left_out;
 mod levels;
 mod parts;
 mod pass;
@@ -142,6 +143,8 @@ pub struct Ledger {
     default: StepParams,
     next_step: u64,
     release: Vec<f64>,
+    /// The release charges of examples left out of a release (`left_out.rs`).
+    shares: Arc<left_out::ReleaseShares>,
     releases: u64,
     filter: Option<Filter>,
     pending: Option<Pending>,
@@ -233,6 +236,7 @@ impl Ledger {
             current,
             next_step: 0,
             release: vec![0.0; m],
+            shares: Default::default(),
             releases: 0,
             filter: None,
             pending: None,
@@ -343,12 +347,14 @@ impl Ledger {
         &'a self,
         at: compact::At,
         release: &'a [f64],
+        shares: &'a left_out::ReleaseShares,
         conv: &'a crate::ledger::convert::Converter,
     ) -> pass::Pass<'a> {
         pass::Pass {
             eval: self.eval(),
             at,
             release,
+            shares,
             conv,
             bucket: &self.bucket,
             flags: &self.flags,

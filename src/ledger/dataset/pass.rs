@@ -25,7 +25,7 @@
 //! Any other number of orders, and shuffle mode's top-only examples (summed charge by charge) take the
 //! per-example evaluation itself.
 
-use super::columns::{ALL_TOP, RETIRED};
+use super::columns::{ALL_TOP, LEFT_OUT, RETIRED};
 use super::compact::{At, Eval};
 use super::levels::{entries, round_up_factor};
 use crate::accounting::conversion::EpsilonAtOrder;
@@ -38,6 +38,9 @@ pub(super) struct Pass<'a> {
     pub(super) eval: Eval<'a>,
     pub(super) at: At,
     pub(super) release: &'a [f64],
+    /// The release charges of examples left out of a release (`left_out.rs`),
+    /// read instead of `release` for those.
+    pub(super) shares: &'a super::left_out::ReleaseShares,
     pub(super) conv: &'a Converter,
     pub(super) bucket: &'a [u32],
     pub(super) flags: &'a [u8],
@@ -204,8 +207,17 @@ impl Pass<'_> {
                     None => settle(levels.list(i), &rows, &mut acc),
                 }
             }
-            for (a, &r) in acc.iter_mut().zip(release) {
-                *a += r;
+            match self.release_of(i) {
+                None => {
+                    for (a, &r) in acc.iter_mut().zip(release) {
+                        *a += r;
+                    }
+                }
+                Some(own) => {
+                    for (a, &r) in acc.iter_mut().zip(own) {
+                        *a += r;
+                    }
+                }
             }
             emit(self.conv.epsilon_fixed(&acc));
         }
@@ -226,10 +238,25 @@ impl Pass<'_> {
                     .eval
                     .own_into(i, self.bucket[i], self.flags[i], self.at, &mut rdp),
             }
-            for (o, &r) in rdp.iter_mut().zip(self.release) {
+            for (o, &r) in rdp
+                .iter_mut()
+                .zip(self.release_of(i).unwrap_or(self.release))
+            {
                 *o += r;
             }
             emit(self.conv.epsilon(&rdp));
+        }
+    }
+}
+
+impl<'a> Pass<'a> {
+    /// Example `i`'s own release charges, when it was left out of a release.
+    #[inline(always)]
+    fn release_of(&self, i: usize) -> Option<&'a [f64]> {
+        if self.flags[i] & LEFT_OUT != 0 {
+            self.shares.of(i)
+        } else {
+            None
         }
     }
 }

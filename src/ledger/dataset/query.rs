@@ -27,7 +27,7 @@ impl Ledger {
             At::Now(self.next_step),
             out,
         );
-        for (o, &r) in out.iter_mut().zip(&self.release) {
+        for (o, &r) in out.iter_mut().zip(self.release_of(i)) {
             *o += r;
         }
     }
@@ -215,7 +215,7 @@ impl Ledger {
         let conv = self.release_converter(delta, conversion);
         // Bit for bit `rdp_into` and the conversion, example by example (`pass.rs`).
         Ok(self
-            .pass(At::Now(self.next_step), &self.release, &conv)
+            .pass(At::Now(self.next_step), &self.release, &self.shares, &conv)
             .collect(0..self.n, |_| None, |e| e))
     }
 

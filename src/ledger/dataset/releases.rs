@@ -2,33 +2,11 @@
 //! the worst case as one dataset-wide offset, `O(#orders)` (one `O(n)` pass with
 //! an individual filter, whose predictions all move).
 
-use super::columns::RETIRED;
 use super::Ledger;
 use crate::accounting::pld::PldEvent;
 use crate::ledger::error::LedgerError;
 
 impl Ledger {
-    /// How many examples the individual filter would retire if a release of
-    /// `rdp` were charged now (0 without a filter), without changing anything:
-    /// `O(n)`. The server refuses releases whose retirements could not reach the
-    /// trainer before its next step.
-    pub fn release_would_retire(&self, rdp: &[f64]) -> u64 {
-        let Some(filter) = &self.filter else {
-            return 0;
-        };
-        let j = filter.index;
-        let extra = rdp.get(j).copied().unwrap_or(f64::INFINITY);
-        (0..self.n)
-            .filter(|&i| {
-                self.flags[i] & RETIRED == 0
-                    && self.value_at(i, self.next_step, j)
-                        + extra
-                        + filter.bound[self.bucket[i] as usize]
-                        > filter.limit * (1.0 - 1e-9)
-            })
-            .count() as u64
-    }
-
     /// Whether a release could be charged now (no multi-part step is incomplete),
     /// without changing anything: the server checks before it persists.
     pub fn check_release(&self) -> Result<(), LedgerError> {
@@ -46,16 +24,20 @@ impl Ledger {
     /// longer offers a PLD worst case; the server uses
     /// [`Ledger::charge_release_with_pld`].
     pub fn charge_release(&mut self, rdp: &[f64]) -> Result<Vec<u64>, LedgerError> {
-        self.charge_release_with_pld(rdp, None)
+        self.charge_release_with_pld(rdp, None, &[])
     }
 
     /// [`Ledger::charge_release`], with the release's PLD events (spec §8) for
     /// the PLD worst case (`None`: it has none, and the PLD worst case is
-    /// withheld from then on rather than leave the release out).
+    /// withheld from then on rather than leave the release out), leaving out
+    /// the examples `left_out` (sorted ids, [`Ledger::release_left_out`] at the
+    /// step the release read): they bear nothing of it. The worst case and
+    /// the PLD history bear every release.
     pub fn charge_release_with_pld(
         &mut self,
         rdp: &[f64],
         pld: Option<&[PldEvent]>,
+        left_out: &[u32],
     ) -> Result<Vec<u64>, LedgerError> {
         self.refuse_if_pending("a release")?;
         if rdp.len() != self.m {
@@ -78,6 +60,7 @@ impl Ledger {
                 format!("rdp[{j}] = {r}: every value must be a finite number >= 0"),
             ));
         }
+        self.share_release(rdp, left_out)?;
         for (o, &r) in self.release.iter_mut().zip(rdp) {
             *o += r;
         }

@@ -25,7 +25,7 @@ impl Ledger {
 
     /// RDP of example `i` at order `j` at step `now`, releases included.
     pub(super) fn value_at(&self, i: usize, now: u64, j: usize) -> f64 {
-        self.eval().own_at(i, self.bucket[i], self.flags[i], now, j) + self.release[j]
+        self.eval().own_at(i, self.bucket[i], self.flags[i], now, j) + self.release_of(i)[j]
     }
 
     /// When example `i` is next due for a filter check, seen from step `now`.

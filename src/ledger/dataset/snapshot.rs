@@ -25,6 +25,8 @@
 //! `store::snapshots`); [`Ledger::from_snapshot`] still refuses any image whose
 //! shape does not fit its configuration rather than serve numbers from it.
 
+use super::columns::LEFT_OUT;
+use super::left_out::ReleaseShares;
 use super::levels::LevelHistory;
 use super::parts::{Pending, PendingPart, StepRecord};
 use super::schedule::RefreshProgress;
@@ -69,6 +71,10 @@ struct Header {
     /// Predictable mode's refresh in progress (absent in older images).
     #[serde(default)]
     refresh_progress: Option<RefreshProgress>,
+    /// Release charges of examples left out of a release (absent in older
+    /// images, which have none).
+    #[serde(default)]
+    shares: ReleaseShares,
 }
 
 /// [`Header`] as the encoder writes it: borrowed, so that a snapshot of a
@@ -93,6 +99,7 @@ struct HeaderRef<'a> {
     levels: &'a LevelHistory,
     accrual: AccrualImage,
     refresh_progress: &'a Option<RefreshProgress>,
+    shares: &'a ReleaseShares,
 }
 
 /// The accrual state without its tables.
@@ -164,6 +171,7 @@ impl Ledger {
                 Accrual::Shuffle(s) => AccrualImage::Shuffle(s.clone()),
             },
             refresh_progress: &self.refresh_progress,
+            shares: self.shares.as_ref(),
         };
         // Serializing plain data into a Vec cannot fail.
         let head = rmp_serde::to_vec_named(&header).expect("ledger header serializes");
@@ -298,6 +306,17 @@ impl Ledger {
         ledger.pld = header.pld;
         ledger.levels = header.levels;
         ledger.refresh_progress = header.refresh_progress;
+        let flagged = ledger.flags.iter().filter(|&&f| f & LEFT_OUT != 0).count();
+        if !header.shares.fits(n, m)
+            || flagged != header.shares.members().count()
+            || header
+                .shares
+                .members()
+                .any(|i| ledger.flags[i] & LEFT_OUT == 0)
+        {
+            return Err(bad("release shares do not match the flags"));
+        }
+        ledger.shares = std::sync::Arc::new(header.shares);
         if ledger.levels.unavailable().is_some() {
             return Err(bad("a level history without its counts"));
         }

@@ -23,6 +23,7 @@
 //! open per ledger.
 
 use super::compact::At;
+use super::left_out::ReleaseShares;
 use super::Ledger;
 use crate::accounting::conversion::Conversion;
 use crate::ledger::convert::Converter;
@@ -31,6 +32,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Names an open view; a token whose view was closed (or whose ledger was
 /// replaced by a reload) reads nothing.
@@ -80,6 +82,9 @@ pub(super) struct EpochView {
     ahead: Option<(usize, Vec<f64>)>,
     /// The release offset at the view's step.
     release: Vec<f64>,
+    /// The release charges of examples left out of a release, at the view's
+    /// step (shared until a release is charged: `left_out.rs`).
+    shares: Arc<ReleaseShares>,
     /// One bit per example: saved since the view opened (the common case of a
     /// read, not saved, costs one bit test).
     changed: Vec<u64>,
@@ -101,6 +106,7 @@ impl Clone for EpochView {
             conv: self.conv.clone(),
             ahead: self.ahead.clone(),
             release: self.release.clone(),
+            shares: self.shares.clone(),
             changed: self.changed.clone(),
             slot: self.slot.clone(),
             saved_count: self.saved_count,
@@ -217,6 +223,7 @@ impl Ledger {
             conv: self.release_converter(delta, conversion),
             ahead: None,
             release: self.release.clone(),
+            shares: self.shares.clone(),
             changed: vec![0; self.n.div_ceil(64)],
             slot: HashMap::default(),
             saved_count: 0,
@@ -293,7 +300,12 @@ impl Ledger {
         let m = self.m;
         // An example changed since the view opened reads its saved row, any
         // other its live state as before the view's step (`pass.rs`).
-        let pass = self.pass(At::Before(view.token.step), &view.release, &view.conv);
+        let pass = self.pass(
+            At::Before(view.token.step),
+            &view.release,
+            &view.shares,
+            &view.conv,
+        );
         out.extend(pass.collect(ids, |i| view.saved(i, m), |e| e.epsilon));
     }
 
