@@ -39,10 +39,16 @@ struct Due {
 impl Due {
     /// Position of `id` in the due set, if it is due.
     fn index_of(&self, id: u64, n: u64) -> Option<u64> {
+        // Without a division for ids in range: this runs twice per
+        // refreshed id (out-of-range ids are refused by the batch check).
         let j = if self.full {
             id
-        } else {
+        } else if id >= n {
             (id + n - self.first) % n
+        } else if id >= self.first {
+            id - self.first
+        } else {
+            id + (n - self.first)
         };
         (j < self.count).then_some(j)
     }

@@ -292,7 +292,15 @@ impl Ledger {
         let thresholds = self.validate_refresh(ids, norms)?;
         self.record_refresh(ids);
         let now = self.next_step;
-        for (&id, &g) in ids.iter().zip(norms) {
+        for (j, (&id, &g)) in ids.iter().zip(norms).enumerate() {
+            // As in a step: the next reports' state is loaded while this one's
+            // is worked on (a block's ids are contiguous, but each example's
+            // level list is an allocation of its own).
+            if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
+                let ahead = ahead as usize;
+                prefetch(&self.bucket, ahead);
+                self.levels.prefetch(ahead);
+            }
             let i = id as usize;
             let f = self.flags[i];
             if f & RETIRED != 0 {
