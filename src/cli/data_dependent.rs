@@ -1,5 +1,5 @@
 //! `dpledger data-dependent`: seed 001's expected-composition analysis over
-//! several runs' traces (issue 18). Every refusal is a one-line error (exit 2).
+//! several runs' traces. Every refusal is a one-line error (exit 2).
 
 use crate::accounting::conversion::Conversion;
 use crate::accounting::data_dependent::{analyze, read_run, Options, Rounding, RunSet};
