@@ -110,7 +110,7 @@ pub enum Command {
     Schedule(JsonFlag<accountant::ScheduleCmd>),
     /// Recompute per-example epsilons offline from a JSON-lines trace.
     Replay(JsonFlag<ReplayCmd>),
-    /// Seed 001's expected composition over several runs (an estimate).
+    /// Thudi et al.'s expected composition over several runs (an estimate).
     DataDependent(JsonFlag<data_dependent::DataDependentCmd>),
     /// Run the HTTP service.
     Serve(Box<server::ServeCmd>),
@@ -154,7 +154,7 @@ impl CompactCmd {
 }
 
 /// `dpledger release-accuracy`: both quantile methods on `B·Beta(1.5, 6)` data,
-/// without and with a share of values at `B`, like the seed's Table 2, and on
+/// without and with a share of values at `B`, like Table 2 of Yu et al. 2022, and on
 /// heavily tied per-example epsilons, and on training-like
 /// traces under the min rule, per group and for the histogram near B.
 #[derive(Debug, clap::Args)]

@@ -1,6 +1,6 @@
 //! The release accuracy benchmark (a seeded experiment, not a timing): both
 //! quantile methods on `B·Beta(1.5, 6)` data, with and without a share of values
-//! exactly at `B`, reported as rank errors like the seed's Table 2; and on heavily
+//! exactly at `B`, reported as rank errors like Table 2 of Yu et al. 2022 (per-instance accounting); and on heavily
 //! tied data, the per-example epsilons of a run with stable
 //! norms; and on training-like traces under the min rule, with 20-40% of the
 //! values at the public atom `B` ([`min_rule`]), per group and for the
