@@ -48,7 +48,10 @@ fn module_map(text: &str) -> Vec<(String, String)> {
         }
         let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
         let path = cells[0].trim().trim_matches('`').to_string();
-        let job = cells.get(1).map(|j| j.trim().to_string()).unwrap_or_default();
+        let job = cells
+            .get(1)
+            .map(|j| j.trim().to_string())
+            .unwrap_or_default();
         rows.push((path, job));
     }
     rows
