@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis over live ledgers: several
+//! Thudi et al.'s data-dependent analysis over live ledgers: several
 //! datasets that are runs of one configuration, whose trainers sent full-batch
 //! refreshes at checkpoints. Read-only: nothing here changes a ledger or the log.
 //!
