@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the per-bucket RDP table (issue 2): the hot
+//! Criterion benchmarks of the per-bucket RDP table: the hot
 //! precomputation of the service. Compare with `scripts/bench-dp-accounting`,
 //! which times dp-accounting computing the same table in Python.
 

@@ -1,4 +1,4 @@
-//! Criterion benchmark of seed 001's data-dependent analysis (issue 18): 3 runs,
+//! Criterion benchmark of Thudi et al.'s data-dependent analysis: 3 runs,
 //! 20 checkpoints (one every `STEPS_PER_CHECKPOINT` steps, q = 256/60,000,
 //! sigma = 1), the 64 ledger orders, default Hölder exponent, 2 threads, with the
 //! default rounding (`Rounding::FAST`) and exactly. Norms are synthetic: each

@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the per-example ledger (issue 3).
+//! Criterion benchmarks of the per-example ledger.
 //!
 //! * `ledger_step`: steps/s of the fast ledger (n = 1,000,000, batch 4096, 64 orders;
 //!   with and without the individual filter) and of the naive O(n) ledger on the

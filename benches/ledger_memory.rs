@@ -1,5 +1,5 @@
-//! Memory, snapshot size and release time of the ledger on a training-like trace
-//! (issue 27). Prints figures rather than sampling (the runs are long and their
+//! Memory, snapshot size and release time of the ledger on a training-like trace.
+//! Prints figures rather than sampling (the runs are long and their
 //! memory is the point); uses only the ledger's public interface, so that the same
 //! file measures an older build in the same run (docs/ledger-memory.md).
 //!

@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the PLD accountant (issues 14 and 24).
+//! Criterion benchmarks of the PLD accountant.
 //! `scripts/bench-pld` runs these and times dp-accounting on the same
 //! computations in the same run, printing the ratios.
 //!
@@ -6,9 +6,9 @@
 //! - per-example estimate, old path: 100 levels k = 1..100 with noise
 //!   sigma*100/k, q = 0.01, sigma = 1.1, 100 steps at each level, delta = 1e-5,
 //!   composed from a [`LevelCache`] of the level spectra on one domain sized
-//!   for a horizon of 16,384 steps (what the server did before issue 24); the
+//!   for a horizon of 16,384 steps (what the server did before the per-query domain); the
 //!   one-off cache build is timed too;
-//! - per-example estimate, served path (issue 24, `estimate_epsilon`): the same
+//! - per-example estimate, served path (`estimate_epsilon`): the same
 //!   example with its spectra cached but a new history at every iteration (the
 //!   counts rotate, so no finished answer is reused), the same with the answer
 //!   cached (a polling dashboard), a small-epsilon example (refined grid), and

@@ -1,4 +1,4 @@
-//! Criterion benchmark of a DP release (issue 6) on a ledger of n = 1,000,000
+//! Criterion benchmark of a DP release on a ledger of n = 1,000,000
 //! examples (64 orders, 50 steps of batch 4096): the unavoidable `O(n × orders)`
 //! pass that turns every example's RDP into epsilon (the baseline), against the
 //! whole release computation on those epsilons (mean, five KSS quantiles and a

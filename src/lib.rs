@@ -1,7 +1,8 @@
 //! dpledger: per-instance Rényi-DP accounting for DP-SGD training runs.
 //!
 //! See `README.md` for the service, and `docs/architecture.md` for its layers:
-//! `api` → `engine` → `ledger`/`release` → `store`/`accounting`, without cycles.
+//! `api` → `engine` → `store` → `ledger` → `accounting`, and `release` →
+//! `accounting`, without cycles.
 
 pub mod accounting;
 pub mod api;

@@ -1,4 +1,4 @@
-//! The accounting core against independent oracles (issue 2).
+//! The accounting core against independent oracles.
 //!
 //! Fixtures in `tests/fixtures/` are produced by `scripts/gen-fixtures` with
 //! PyPI's dp-accounting, Opacus and mpmath (versions recorded in each file), and

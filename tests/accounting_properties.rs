@@ -1,4 +1,4 @@
-//! Property tests of the accounting core (issue 2): monotonicity that any correct
+//! Property tests of the accounting core: monotonicity that any correct
 //! RDP computation must have. Values are compared with a 1e-12 relative slack,
 //! the size of floating-point noise, so a real violation still fails.
 

@@ -1,4 +1,4 @@
-//! Authorisation matrix (issue 5): every endpoint × every role × own/other dataset
+//! Authorisation matrix: every endpoint × every role × own/other dataset
 //! × own/other example. Refusals are 403 (401 without a valid token) and leak
 //! nothing of the object in the body.
 
@@ -256,7 +256,7 @@ fn every_endpoint_checks_the_exact_object() {
     );
 }
 
-/// Issue 15.5: a request is authorised before its query string or path is
+/// A request is authorised before its query string or path is
 /// validated, so a caller without access to the object learns nothing from
 /// validation (403, never 400); one with access gets the 400 that says what was
 /// wrong.

@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis served over HTTP (issue 18), against a real
+//! Thudi et al.'s data-dependent analysis served over HTTP, against a real
 //! server: it agrees with `dpledger data-dependent` on the same traces (rounded
 //! and exact), owners read only their own example, viewers, trainers and
 //! curators of only some runs nothing, and every refusal is a 4xx problem.

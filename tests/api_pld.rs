@@ -1,5 +1,4 @@
-//! The served PLD worst case and the per-example minimum (spec §8, issue 14
-//! items 2-3), checked against external oracles, never against the code:
+//! The served PLD worst case and the per-example minimum (spec §8), checked against external oracles, never against the code:
 //! - Poisson: the demo's run (q = 0.00427, sigma = 1, T = 4688, delta = 1e-5)
 //!   against dp-accounting's pessimistic PLD at discretisation 1e-4 (1.56988)
 //!   and the PRV accountant's lower bound (1.55974) (the PLD oracle fixture of

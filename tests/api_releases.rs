@@ -1,4 +1,4 @@
-//! DP releases over HTTP against the real binary (issue 6): the cost reaches every
+//! DP releases over HTTP against the real binary: the cost reaches every
 //! owner's epsilon and the worst case by exactly `alpha · rho`, atomically with
 //! the stored release; budgets refuse with 409 and change nothing; viewers poll
 //! at no cost; policies release automatically; everything survives a SIGKILL.
@@ -416,7 +416,7 @@ fn a_policy_releases_every_n_steps_until_the_budget_is_spent() {
     );
 }
 
-/// Issue 16: a policy release is computed after its step answers, yet when
+/// Releases while steps flow: a policy release is computed after its step answers, yet when
 /// releases keep up with steps (the dashboard's reader waits for each) it
 /// describes exactly its due step, none is lost or doubled, and the log
 /// replays to the same list.
@@ -579,7 +579,7 @@ fn a_release_never_retires_examples_behind_the_trainers_back() {
     assert_eq!(status["status"]["retired"], retired_before, "{status:?}");
 }
 
-/// Issue 15.2: a refused policy release's reason reaches viewers and owners
+/// A refused policy release's reason reaches viewers and owners
 /// without data-dependent numbers (how many examples are near their individual
 /// budget depends on individual epsilons); curators and admins read the detail.
 #[test]

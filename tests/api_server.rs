@@ -1,4 +1,4 @@
-//! Integration tests of the HTTP service against the real binary (issue 5).
+//! Integration tests of the HTTP service against the real binary.
 
 mod common;
 
@@ -312,7 +312,7 @@ fn stateless_accountant_matches_cli() {
         .unwrap();
     let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
     assert_eq!(r.body, cli);
-    // Both default to the tightest method, as the served worst case does (issue 25).
+    // Both default to the tightest method, as the served worst case does.
     assert_eq!(r.body["method"], "pld");
     let bad = post(
         &format!("{}/v1/accountant/rdp", server.url),
@@ -395,7 +395,7 @@ fn a_stale_process_reloads_from_the_log_instead_of_double_applying() {
     assert_eq!(status.body["status"]["steps"], 2);
 }
 
-/// Issue 15.4: answers the router writes by itself (405 for a known path with a
+/// Answers the router writes by itself (405 for a known path with a
 /// method it does not serve, 404 for an unknown path) are problem documents too.
 #[test]
 fn every_error_is_a_problem_document() {
@@ -447,7 +447,7 @@ fn every_error_is_a_problem_document() {
     }
 }
 
-/// Issue 15.6: `/metrics` names every dataset with a release and its groups, so
+/// `/metrics` names every dataset with a release and its groups, so
 /// on the main listener it needs an admin or a metrics token (a metrics token can
 /// do nothing else); `--metrics-listen` serves it without a token on a separate
 /// address meant only for the scraper.

@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis in a cluster (issue 23): runs owned by
+//! Thudi et al.'s data-dependent analysis in a cluster: runs owned by
 //! different nodes, asked through every node, give the answer of a single node
 //! holding all of them — also while one run's owner is dead and its lease
 //! moves — and a caller without rights to one of the runs is refused on every

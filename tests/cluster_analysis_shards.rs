@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis over sharded runs (issue 26): the same
+//! Thudi et al.'s data-dependent analysis over sharded runs: the same
 //! seeded runs created unsharded, with 4 shards on 3 nodes and with 3 shards
 //! give identical analyses (every number, every example) through every node,
 //! whatever mix of layouts the runs have; rights are checked per run, on the

@@ -1,4 +1,4 @@
-//! Chaos (issue 23): three nodes, two trainers streaming steps to two datasets
+//! Chaos: three nodes, two trainers streaming steps to two datasets
 //! through different nodes, and random faults — SIGKILL then restart, SIGSTOP
 //! past the lease then SIGCONT, a clean restart (SIGTERM drains, then start) —
 //! one after another. At the end: no acknowledged step lost, none applied

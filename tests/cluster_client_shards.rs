@@ -1,4 +1,4 @@
-//! The Rust client splits a sharded dataset's steps itself (issue 26): three
+//! The Rust client splits a sharded dataset's steps itself: three
 //! `dpledger serve --cluster` processes on loopback over the real PostgreSQL,
 //! an unsharded dataset and a 4-shard one fed the same seeded trace through
 //! the client. Every step's answer (thresholds bit for bit, retirements,

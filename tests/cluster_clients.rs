@@ -1,4 +1,4 @@
-//! The Rust client against a real cluster (issue 23), three `dpledger serve
+//! The Rust client against a real cluster, three `dpledger serve
 //! --cluster` processes on loopback over the real PostgreSQL: the client, given
 //! a node that does not own the dataset, reads `GET /v1/cluster` and sends every
 //! step straight to the owner (no node forwards anything); when the owner is

@@ -1,4 +1,4 @@
-//! Failover and drain (issue 23), with real processes on loopback and the real
+//! Failover and drain, with real processes on loopback and the real
 //! PostgreSQL: the owner SIGKILLed while a trainer streams steps through the
 //! other nodes loses no acknowledged step, a step retried across the failover
 //! is answered as a duplicate (never applied twice), and the served

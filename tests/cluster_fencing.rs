@@ -1,4 +1,4 @@
-//! Fencing (issue 23): a write under a stale lease epoch never reaches the log.
+//! Fencing: a write under a stale lease epoch never reaches the log.
 //! First at the database itself (the trigger refuses a stale or missing epoch
 //! in the same transaction), then with real processes: an owner paused with
 //! SIGSTOP past its lease, taken over, then resumed, lands no record under its

@@ -1,4 +1,4 @@
-//! Node-to-node authentication (issue 26; `docs/cluster.md`, "Node-to-node
+//! Node-to-node authentication (`docs/cluster.md`, "Node-to-node
 //! authentication"): real node processes on loopback and the real
 //! PostgreSQL. The calls of the cross-shard change protocol (prepare,
 //! decide) need a node mark, an HMAC with the cluster's secret: a curator's

@@ -1,4 +1,4 @@
-//! Routing keeps authorisation (issue 23): the permission matrix of
+//! Routing keeps authorisation: the permission matrix of
 //! `tests/permissions.rs` (one table, `tests/common/permission_matrix.rs`) run
 //! through a node of a three-node cluster that owns neither dataset, so that
 //! every dataset request is forwarded with its `Authorization` and authorised by

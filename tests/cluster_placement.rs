@@ -1,4 +1,4 @@
-//! Placement and rebalancing (issue 23), with real processes over the real
+//! Placement and rebalancing, with real processes over the real
 //! PostgreSQL: a new dataset goes to the live node with the most free memory
 //! (whichever node receives the creation; a draining node is left out); any
 //! node lists every dataset of the cluster; a node that joins takes a fair

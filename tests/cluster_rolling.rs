@@ -1,4 +1,4 @@
-//! Rolling restart under load (issue 23): every node of three, in turn, gets
+//! Rolling restart under load: every node of three, in turn, gets
 //! SIGTERM (it drains: hands its datasets over one by one, then exits) and is
 //! started again (it rejoins and takes a fair share back by graceful
 //! handover), while the Rust client streams steps to one dataset, a second

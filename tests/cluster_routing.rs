@@ -1,4 +1,4 @@
-//! Routing (issue 23): any node answers any request, with the owner's answer
+//! Routing: any node answers any request, with the owner's answer
 //! (forwarded, `Authorization` passed through, authorisation run by the node
 //! that answers); the cluster map; single-node mode unchanged.
 

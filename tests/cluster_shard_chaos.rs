@@ -1,4 +1,4 @@
-//! Chaos over a sharded dataset (issue 26 item 5): a 4-shard dataset on three
+//! Chaos over a sharded dataset: a 4-shard dataset on three
 //! nodes, one trainer posting a seeded trace (some steps in two data-parallel
 //! parts, full-batch refreshes with an `Idempotency-Key` between some steps)
 //! through the nodes in turn, every report retried until it is

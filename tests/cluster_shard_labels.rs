@@ -1,6 +1,5 @@
-//! Labels after creation and shuffled sampling on a sharded dataset (issue 26;
-//! `docs/cluster.md` "Labels after creation and shuffled sampling of a sharded
-//! dataset"): real node processes on loopback and the real PostgreSQL. One
+//! Labels after creation and shuffled sampling on a sharded dataset (
+//! `docs/sharding.md` "Labels after creation and shuffled sampling"): real node processes on loopback and the real PostgreSQL. One
 //! trace is accounted by one unsharded dataset and by a 4-shard dataset on 3
 //! nodes; every answer must be identical.
 //!

@@ -1,4 +1,4 @@
-//! A sharded dataset's life beyond steps (issue 26). Automatic sharding: a
+//! A sharded dataset's life beyond steps. Automatic sharding: a
 //! creation without `"shards"` whose `examples` exceed the nodes'
 //! `--max-shard-examples` becomes ⌈examples / bound⌉ shards; what cannot be
 //! sharded within the bound is refused with a clear 400 naming the field to

@@ -1,5 +1,5 @@
 //! `dpledger loadgen --dataset` against a sharded dataset on a real cluster
-//! (issue 26's measurement, `scripts/bench-shards`): one phase sends its steps
+//! (the sharded measurement of `scripts/bench-shards`): one phase sends its steps
 //! through the nodes in turn and asks each privacy query with an owner token
 //! of its own example (or, with `--split`, sends each shard's part straight
 //! to its owner); every shard applies every step; the nodes count the

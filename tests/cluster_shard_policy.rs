@@ -1,5 +1,5 @@
-//! Release policies of a sharded dataset (issue 26; `docs/cluster.md`
-//! "Release policies of a sharded dataset"): real node processes on loopback
+//! Release policies of a sharded dataset (`docs/sharding.md`
+//! "Release policies"): real node processes on loopback
 //! and the real PostgreSQL. A 4-shard dataset on 3 nodes and an unsharded one
 //! with the same policy (set at creation) are fed one seeded trace, a step at
 //! a time, each due release waited for: under the test-only release seed both

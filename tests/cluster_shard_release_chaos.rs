@@ -1,4 +1,4 @@
-//! Releases of a sharded dataset under chaos (issue 26): 4 shards on three
+//! Releases of a sharded dataset under chaos: 4 shards on three
 //! nodes (1 s leases), the sharded chaos test's trainer posting a seeded
 //! trace (data-parallel parts, keyed refreshes) through the nodes in turn,
 //! and a curator making releases (population, quantiles, per group) and

@@ -1,5 +1,5 @@
-//! Releases of a sharded dataset (issue 26, item 4; `docs/cluster.md`
-//! "Releases of a sharded dataset"): real node processes on loopback and the
+//! Releases of a sharded dataset (`docs/sharding.md`
+//! "Releases"): real node processes on loopback and the
 //! real PostgreSQL. One seeded trace is accounted by one unsharded dataset and
 //! by a 4-shard dataset on 3 nodes; with the test-only release seed
 //! (`--insecure-test-release-seed`, the same random stream for both) every

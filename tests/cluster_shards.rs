@@ -1,4 +1,4 @@
-//! Sharded datasets (issue 26): a dataset of k id ranges, each its own ledger
+//! Sharded datasets: a dataset of k id ranges, each its own ledger
 //! and lease on the nodes of a real cluster (processes on loopback, the real
 //! PostgreSQL). The test that matters: one seeded trace accounted by one
 //! unsharded dataset and by a 4-shard dataset on 3 nodes gives bit-identical

@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent composition (issue 18) against the independent
+//! Seed 001's data-dependent composition against the independent
 //! mpmath oracle in `tests/fixtures/data_dependent.json` (regenerate with
 //! `scripts/gen-fixtures --only data_dependent`), its two reduction checks, and
 //! every refusal.

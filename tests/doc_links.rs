@@ -1,4 +1,4 @@
-//! The repository stands alone (issue 25): every relative link and `#anchor` in
+//! The repository stands alone: every relative link and `#anchor` in
 //! every Markdown file resolves (anchors as GitHub slugs headings), every test that
 //! `docs/spec.md` names (`path::function`) is defined in its file, and no file
 //! refers to the shared directory outside the repository.

@@ -1,5 +1,5 @@
-//! The per-example estimate under `dpledger loadgen`'s workload, in process
-//! (issue 24): the histories loadgen's examples get (Poisson rate
+//! The per-example estimate under `dpledger loadgen`'s workload, in process:
+//! the histories loadgen's examples get (Poisson rate
 //! `batch / n`, sigma 1, C 1, norms uniform in [0, 1.5), threshold = the bucket
 //! of the last reported norm), asked one after another from one cache, as
 //! `scripts/bench-estimate` asks the server. Prints latency percentiles and the

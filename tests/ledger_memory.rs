@@ -1,4 +1,4 @@
-//! The ledger's compact form (issue 27): what an example costs on a training-like
+//! The ledger's compact form: what an example costs on a training-like
 //! run, and that an RDP value evaluated from sparse counts is never below the
 //! exact sum of its table values.
 

@@ -1,4 +1,4 @@
-//! The all-epsilons pass (issue 27, `src/ledger/dataset/pass.rs`) serves, for
+//! The all-epsilons pass (`src/ledger/dataset/pass.rs`) serves, for
 //! every example, bit for bit the epsilon and order of the per-example query:
 //! random traces at the ledger's 64 orders (the pass's vectorised form) and at
 //! 5 (its general form), Poisson and shuffle, with and without the individual

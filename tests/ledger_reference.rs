@@ -1424,7 +1424,7 @@ fn memory_stays_below_700_bytes_per_example() {
     let per_example = ledger.memory_bytes() as f64 / n as f64;
     assert!(per_example <= 700.0, "{per_example} bytes per example");
     let plain = Ledger::new(DatasetConfig::poisson(n, 1.0, 1.0, 0.01, DELTA)).unwrap();
-    // 526 bytes before the per-example PLD level history (issue 14: at most +50%);
+    // 526 bytes before the per-example PLD level history (the bound: at most +50%);
     // a fresh example's history costs its run start and an empty list header.
     let plain_per_example = plain.memory_bytes() as f64 / n as f64;
     assert!(

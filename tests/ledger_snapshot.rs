@@ -1,4 +1,4 @@
-//! A ledger loaded from its snapshot is the same ledger (issue 16): random
+//! A ledger loaded from its snapshot is the same ledger: random
 //! traces (Poisson and shuffle, with and without the individual filter, steps in
 //! parts, hyperparameter changes, refreshes, releases, retries) are snapshotted
 //! at random moments, a multi-part step in progress included; the loaded copy

@@ -1,4 +1,4 @@
-//! The table cache's bound (issue 16, item 3) at the ledger level: a schedule
+//! The table cache's bound at the ledger level: a schedule
 //! that changes the noise multiplier at every step asks for a new table at every
 //! step; with a small bounded cache the cache stays within its bound all along,
 //! and the ledger's numbers are bit-identical to those computed with an

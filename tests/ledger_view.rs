@@ -1,4 +1,4 @@
-//! A release's view of the ledger (issue 16, item 4) shows every example exactly
+//! A release's view of the ledger shows every example exactly
 //! as it was when the view was opened, whatever happens after: random traces
 //! (Poisson and shuffle, with and without the individual filter, steps in parts,
 //! hyperparameter changes, refreshes, release charges, retirements, an explicit

@@ -1,4 +1,4 @@
-//! The module structure stays a layering (issue 13): no import cycle between
+//! The module structure stays a layering: no import cycle between
 //! sibling modules anywhere in `src/` (top-level modules included), and the lower
 //! layers never reach up: `engine` knows nothing of `api` or HTTP, and `ledger`,
 //! `release`, `store` and `accounting` know nothing of `engine` or `api`; `api`
@@ -201,7 +201,7 @@ fn no_import_cycles_and_layers_point_down() {
             "crate::{from} must not use crate::{to}"
         );
     }
-    // Two arrows that pointed the wrong way (issue 25): the CLI reaches the HTTP
+    // Two arrows that pointed the wrong way: the CLI reaches the HTTP
     // layer only to serve it (`cli::server`: serve, token, openapi), and handlers
     // never touch the store (the engine does; the wire encoding is the ledger's).
     for (module, code) in &files {

@@ -1,4 +1,4 @@
-//! The committed OpenAPI document must equal what the code generates (issue 5).
+//! The committed OpenAPI document must equal what the code generates.
 
 #[test]
 fn committed_openapi_matches_the_code() {

@@ -1,4 +1,4 @@
-//! Issue 15.7: one table of permissions ([`dpledger::api::permissions`]) that the
+//! One table of permissions ([`dpledger::api::permissions`]) that the
 //! server, the OpenAPI document and `docs/security.md` all follow. The server is
 //! driven from the table: every endpoint, every role's token (plus no token and a
 //! forged one), on the token's own dataset and another, for the owner's own

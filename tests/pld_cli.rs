@@ -1,4 +1,4 @@
-//! `dpledger epsilon|compare|noise` end to end: PLD is the default (issue 25) and
+//! `dpledger epsilon|compare|noise` end to end: PLD is the default and
 //! below RDP, RDP is on request, calibration by PLD needs less noise, the output
 //! names the method, and bad input exits 2 with a message.
 

@@ -1,4 +1,4 @@
-//! The PLD accountant against independent oracles (issue 14): dp-accounting's
+//! The PLD accountant against independent oracles: dp-accounting's
 //! pessimistic connect-the-dots PLD at value discretisation 1e-4 and the PRV
 //! accountant's lower bound (Gopi et al. 2021, eps_error 0.01).
 //!

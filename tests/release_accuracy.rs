@@ -1,8 +1,7 @@
-//! Issue 6's accuracy benchmark, run as a test with statistical bounds (seeded;
+//! The release accuracy benchmark, run as a test with statistical bounds (seeded;
 //! no timing): n = 50,000 values B·Beta(1.5, 6), and the same with 20% exactly at
-//! B, rho = 0.00125 for five quantiles; and heavily tied epsilons (issue 15,
-//! item 8); training-like traces under the min rule with 20-40% at the atom B,
-//! per group, and the histogram near B (issue 29). Goal: KSS mean rank error at
+//! B, rho = 0.00125 for five quantiles; and heavily tied epsilons; training-like traces under the min rule with 20-40% at the atom B,
+//! per group, and the histogram near B. Goal: KSS mean rank error at
 //! most 30, at most 60 at every level.
 
 use dpledger::release::accuracy::{
@@ -45,7 +44,7 @@ fn kss_meets_the_rank_error_goal_with_ties_at_the_bound() {
     check(0.2);
 }
 
-/// Issue 15, item 8: per-example epsilons of a run with stable norms (about 115
+/// Tied data: per-example epsilons of a run with stable norms (about 115
 /// distinct values in runs of up to about 1,400). Before the grid mechanism KSS
 /// measured 92 here (309 at resolution 0); the goal is 30. Rank errors count
 /// ties as intervals at the release's public resolution `B / GRID_CELLS`: no
@@ -76,7 +75,7 @@ fn mean_and_variance_of_mean(xs: &[f64]) -> (f64, f64) {
 
 /// Continuous data must not lose accuracy to the grid. The served grid (`2^13`
 /// cells, chosen for ties: a cell holds up to about 18 values here) runs beside
-/// the grid of issue 15 (`2^16` cells, at most about 2.5 values per cell) in the
+/// the former fine grid (`2^16` cells, at most about 2.5 values per cell) in the
 /// same run, at exact ranks (no credit for the resolution), 200 trials. 20
 /// trials were too few: their mean on one grid ranged over 21.7-30.6 with the
 /// random stream alone. The trials are independent, so the difference of the
@@ -99,7 +98,7 @@ fn grid_keeps_the_accuracy_on_continuous_data() {
     let se = (var_served + var_fine).sqrt();
     println!(
         "continuous data, exact ranks, 200 trials: served grid {served:.1}, \
-         issue-15 grid {fine:.1}, standard error of the difference {se:.2}"
+         former fine grid {fine:.1}, standard error of the difference {se:.2}"
     );
     // Not vacuous: four standard errors stay below 6 ranks.
     assert!(se < 1.5, "standard error {se}");
@@ -107,7 +106,7 @@ fn grid_keeps_the_accuracy_on_continuous_data() {
     assert!(served <= 30.0 && fine <= 30.0, "{served}, {fine}");
 }
 
-/// Issue 29: training-like traces under the min rule, 20-40% of the values at
+/// Atoms at the bound: training-like traces under the min rule, 20-40% of the values at
 /// the public atom B with a dense region just below it, continuous or tied
 /// (persistent norms). Rank errors at the release's public resolution.
 fn check_min_rule(share_at_bound: f64, norms: Norms) -> AccuracyReport {
@@ -120,7 +119,7 @@ fn check_min_rule(share_at_bound: f64, norms: Norms) -> AccuracyReport {
     assert!(report.share_at_bound >= share_at_bound, "{report:?}");
     // The mechanism's own error is ≈ 1/(η s) ≈ 17-28 ranks per level; the
     // level whose sub-problem follows the atom adds the atom count's noise
-    // (σ = 2/η ≈ 35, times its fraction). Before issue 29 the level just below
+    // (σ = 2/η ≈ 35, times its fraction). Before atoms were sent whole the level just below
     // the atom was 600-1,000 ranks off (see `old_recursion_misses_below_the_atom`).
     assert!(
         report.kss_mean_rank_error <= 30.0,
@@ -153,7 +152,7 @@ fn kss_meets_the_goal_on_tied_min_rule_traces() {
 }
 
 /// Five persistent norm classes: every value tied, in runs of a few hundred
-/// spread over the range with gaps between them. On the issue-15 grid of
+/// spread over the range with gaps between them. On the former fine grid of
 /// `2^16` cells the gaps (about 50 empty cells each) outweighed a run covering
 /// the target and KSS missed the goal (mean 30-35, worst level up to 75); the
 /// served grid of `2^13` cells (gaps of a few cells) is run beside it in the
@@ -169,7 +168,7 @@ fn kss_meets_the_goal_on_all_tied_min_rule_traces() {
     }
 }
 
-/// The recursion before issue 29: the chosen cell's values, atoms included,
+/// The recursion before atoms were sent whole: the chosen cell's values, atoms included,
 /// split by fair coins, and both sides' levels rescaled as if the split were
 /// at the target rank. Kept here to show the benchmark catches it.
 fn old_kss(values: &[f64], levels: &[f64], rng: &mut rand_pcg::Pcg64) -> Vec<f64> {

@@ -1,4 +1,4 @@
-//! Releases computed while steps keep flowing (issue 16, item 4), against the
+//! Releases computed while steps keep flowing, against the
 //! real server: a trainer posts steps without pause while a curator asks for
 //! releases. Every step is accepted; every release describes the ledger exactly
 //! at the step it names (its bound `B` and its mean match an offline ledger

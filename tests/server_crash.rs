@@ -1,4 +1,4 @@
-//! Durability of the real server (issue 4): a client streams steps while the server
+//! Durability of the real server: a client streams steps while the server
 //! is SIGKILLed at random moments. After every restart each acknowledged step is
 //! present exactly once, the one unacknowledged in-flight step is fully present or
 //! absent, retries of unacknowledged steps are not double-counted, and at the end

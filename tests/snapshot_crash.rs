@@ -1,4 +1,4 @@
-//! Crashes during snapshot writing and compaction (issue 16): a client streams
+//! Crashes during snapshot writing and compaction: a client streams
 //! steps to a server that snapshots after every two records while `dpledger
 //! compact` runs in a loop beside it; 20 times, at random moments, the server
 //! and any compaction in flight are SIGKILLed. After each restart no

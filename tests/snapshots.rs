@@ -1,4 +1,4 @@
-//! Snapshots against the real server (issue 16): a restart loads the newest
+//! Snapshots against the real server: a restart loads the newest
 //! snapshot and replays only the log after it, and serves exactly what a
 //! replay of the whole log serves; a corrupted newest snapshot is skipped (an
 //! older one is used); `dpledger compact` keeps the pinned snapshot, after which
@@ -398,7 +398,7 @@ fn every_owner_answer(server: &Server, admin: &str) -> Vec<Value> {
     out
 }
 
-/// Idle datasets leave memory and come back exactly (issue 16, item 2): a
+/// Idle datasets leave memory and come back exactly: a
 /// paged-out dataset serves the same values once a request loads it back (a
 /// multi-part step in progress included), takes the rest of that step and
 /// more steps, is paged out again when archived, answers every owner from the

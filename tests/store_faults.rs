@@ -1,4 +1,4 @@
-//! Issue 28 against the real server and PostgreSQL, through a fault-injecting
+//! Truthful answers when a commit's outcome is unknown, against the real server and PostgreSQL, through a fault-injecting
 //! proxy (`common::fault_proxy`) that cuts the writer's connection before,
 //! during and after COMMIT, for every kind of change:
 //!

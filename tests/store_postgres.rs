@@ -355,7 +355,7 @@ fn a_duplicate_fails_only_its_caller_within_a_group_commit() {
     assert_a_duplicate_fails_only_its_caller(store, || lock.commit().unwrap());
 }
 
-/// Issue 15.1: a process killed while its COMMIT is in flight leaves a backend that
+/// A process killed while its COMMIT is in flight leaves a backend that
 /// still finishes the commit, possibly after the restarted process has loaded the
 /// log. Made deterministic with a deferred constraint trigger that sleeps at COMMIT
 /// for refresh records: the server is killed while the refresh's COMMIT sleeps and

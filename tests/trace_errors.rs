@@ -1,7 +1,7 @@
 //! A trace with a norm JSON cannot hold as a finite number (`1e999`, `NaN`) is
 //! refused by the CLI's trace readers with a message a person can act on: the
-//! run (its file), the line and the field, and that norms must be finite
-//! (issue 25), as the HTTP API says for a step report.
+//! run (its file), the line and the field, and that norms must be finite,
+//! as the HTTP API says for a step report.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,5 +1,5 @@
-//! One line of a JSON-lines trace, parsed with errors a person can act on
-//! (issue 25). JSON has no NaN or infinity and serde_json refuses a number that
+//! One line of a JSON-lines trace, parsed with errors a person can act on.
+//! JSON has no NaN or infinity and serde_json refuses a number that
 //! overflows `f64` (`1e999`) while tokenising, so without help the reader of a
 //! trace sees "number out of range" or "expected value". On failure the line is
 //! parsed again (the fast path pays nothing) to find the field, and a non-finite

@@ -1,5 +1,5 @@
-//! Server administration beyond creating datasets: what the service keeps where
-//! (issue 16), and tokens minted and revoked over the API. Admin tokens only:
+//! Server administration beyond creating datasets: what the service keeps where,
+//! and tokens minted and revoked over the API. Admin tokens only:
 //! the report names every dataset, and a token is a credential.
 
 use super::auth::{claims_for, parse_ttl, Access, Role};

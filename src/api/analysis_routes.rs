@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis over several runs (issue 18): a curator or
+//! Thudi et al.'s data-dependent analysis over several runs: a curator or
 //! admin of every run reads the whole analysis; the owner of an example in every
 //! run reads that example's result; nobody else reads anything of it (it is
 //! per-example data). Every number served is an estimate (`"guarantee": false`).

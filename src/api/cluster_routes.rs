@@ -1,4 +1,4 @@
-//! Cluster mode over HTTP (issue 23, `docs/cluster.md`): the cluster map
+//! Cluster mode over HTTP (`docs/cluster.md`): the cluster map
 //! (`GET /v1/cluster`), draining a node, and routing: a request for a dataset
 //! this node does not serve is forwarded to the owner (body streamed, bounded
 //! timeout, `Authorization` passed through: the owner authorises it), or

@@ -8,7 +8,7 @@
 //! | `dataset_routes.rs` | dataset, training and privacy-query endpoints |
 //! | `release_routes.rs` | release endpoints (releases, budget, labels, policy) |
 //! | `accountant_routes.rs` | the stateless accountant endpoints |
-//! | `analysis_routes.rs` | seed 001's data-dependent analysis over several runs |
+//! | `analysis_routes.rs` | Thudi et al.'s data-dependent analysis over several runs |
 //! | `admin_routes.rs` | server administration: the storage report |
 //! | `cluster_routes.rs` | cluster mode: forwarding to owners or `503 not-owner`, the map, drain |
 //! | `task.rs` | running a state change to completion when the client goes away |

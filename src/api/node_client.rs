@@ -208,8 +208,8 @@ async fn send(
     let (status, headers) = (answer.status(), answer.headers().clone());
     let body = answer.bytes().await?;
     // Bodies moved between nodes (headers not counted): what a sharded
-    // dataset's steps, queries and releases cost the network (issue 26;
-    // the streamed forwarding of `cluster_routes` is not counted).
+    // dataset's steps, queries and releases cost the network (the
+    // streamed forwarding of `cluster_routes` is not counted).
     metrics::counter!("dpledger_cluster_node_request_bytes_total").increment(sent);
     metrics::counter!("dpledger_cluster_node_answer_bytes_total").increment(body.len() as u64);
     Ok(NodeAnswer {

@@ -1,4 +1,4 @@
-//! Endpoints of DP releases (issue 6): curators publish releases, set the release
+//! Endpoints of DP releases: curators publish releases, set the release
 //! budget, labels and policy; viewers read what was released, at no new cost.
 
 use super::auth::{Access, Claims};

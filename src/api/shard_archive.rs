@@ -1,5 +1,5 @@
-//! Archiving a sharded dataset (issue 26, `docs/cluster.md` "Automatic
-//! sharding, archiving, refreshes"): one change across its shards through the
+//! Archiving a sharded dataset (`docs/sharding.md` "Archiving
+//! and refreshes"): one change across its shards through the
 //! protocol of releases (`shard_release.rs`): every shard prepared at one step
 //! (its writes held), then one `Archived` record per shard committed in one
 //! PostgreSQL transaction, each fenced by its owner's epoch. Every shard is

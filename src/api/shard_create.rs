@@ -1,6 +1,6 @@
 //! A sharded creation (`POST /v1/datasets` with `"shards"`, or without it and
 //! more examples than `--max-shard-examples`: ⌈examples / bound⌉ shards;
-//! issue 26, `docs/cluster.md` "Sharded datasets"), coordinated by the node that
+//! `docs/sharding.md` "Shards"), coordinated by the node that
 //! receives it: authorise (admin), validate everything, record the layout
 //! (the name's claim), then create each shard on the node
 //! `ClusterNode::spread` gives it, in parallel. A retried creation with the

@@ -1,6 +1,6 @@
-//! `PUT /v1/datasets/{d}/labels` of a sharded dataset (issue 26;
-//! `engine::cluster::shard_labels` has the rule, `docs/cluster.md` "Labels
-//! after creation of a sharded dataset" the argument): the cross-shard change
+//! `PUT /v1/datasets/{d}/labels` of a sharded dataset (
+//! `engine::cluster::shard_labels` has the rule, `docs/sharding.md` "Labels
+//! after creation and shuffled sampling" the argument): the cross-shard change
 //! protocol of `shard_release.rs` (prepare on every shard, one PostgreSQL
 //! transaction with one record per shard fenced by its epoch, decide), where
 //! each shard's record carries its examples' part of the assignment and the

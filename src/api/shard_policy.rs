@@ -1,6 +1,6 @@
-//! Release policies of a sharded dataset over HTTP (issue 26; the engine's
-//! side is `engine::cluster::shard_policy`, the argument in `docs/cluster.md`
-//! "Release policies of a sharded dataset").
+//! Release policies of a sharded dataset over HTTP (the engine's
+//! side is `engine::cluster::shard_policy`, the argument in `docs/sharding.md`
+//! "Release policies").
 //!
 //! * `PUT /v1/datasets/{d}/release-policy` (any node) writes one
 //!   `ReleasePolicy` record to every shard's log or to none, through the

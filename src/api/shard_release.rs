@@ -1,6 +1,6 @@
-//! Releases and release budgets of a sharded dataset over HTTP (issue 26;
-//! `engine::cluster::shard_release` has the protocol, `docs/cluster.md`
-//! "Releases of a sharded dataset" the argument).
+//! Releases and release budgets of a sharded dataset over HTTP (
+//! `engine::cluster::shard_release` has the protocol, `docs/sharding.md`
+//! "The change protocol" the argument).
 //!
 //! The node that receives `POST /v1/datasets/{d}/releases` or `PUT
 //! /v1/datasets/{d}/release-budget` coordinates: it authorises (curator on

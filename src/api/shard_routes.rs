@@ -1,5 +1,5 @@
-//! A sharded dataset over HTTP (issue 26, `docs/cluster.md` "Sharded
-//! datasets"). Any node answers a sharded dataset's requests: it authorises
+//! A sharded dataset over HTTP (`docs/sharding.md`
+//! "Shards"). Any node answers a sharded dataset's requests: it authorises
 //! the caller for the dataset, splits the request by id range into its
 //! shards' requests (`engine::cluster::shard_split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's

@@ -1,5 +1,5 @@
-//! The shard map of a sharded dataset as `GET /v1/datasets/{dataset}` shows it
-//! (issue 26). A leaf: the dataset view embeds it, the shard routes fill it.
+//! The shard map of a sharded dataset as `GET /v1/datasets/{dataset}` shows it.
+//! A leaf: the dataset view embeds it, the shard routes fill it.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

@@ -1,5 +1,5 @@
 //! The stateless accountant subcommands: `rdp`, `epsilon`, `noise`, `compare`,
-//! `schedule`. Their names and JSON keys are a fixed contract (issue 2). The
+//! `schedule`. Their names and JSON keys are a fixed contract. The
 //! computation lives in [`crate::engine::accountant`], shared with the HTTP API;
 //! this module only parses flags and renders text.
 

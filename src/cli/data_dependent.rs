@@ -1,5 +1,5 @@
-//! `dpledger data-dependent`: seed 001's expected-composition analysis over
-//! several runs' traces (issue 18). Every refusal is a one-line error (exit 2).
+//! `dpledger data-dependent`: Thudi et al.'s expected-composition analysis over
+//! several runs' traces. Every refusal is a one-line error (exit 2).
 
 use crate::accounting::conversion::Conversion;
 use crate::accounting::data_dependent::{analyze, read_run, Options, Rounding, RunSet};
@@ -25,7 +25,7 @@ pub struct DataDependentCmd {
     /// RDP to (epsilon, delta) conversion.
     #[arg(long, value_enum, default_value_t = super::accountant::ConversionArg::Improved)]
     pub conversion: super::accountant::ConversionArg,
-    /// Skip the seed-000 per-instance epsilons (a replay of every trace).
+    /// Skip the per-instance epsilons of Yu et al. 2022 (a replay of every trace).
     #[arg(long)]
     pub no_per_instance: bool,
     /// Round step orders up to the geometric grid `R^k` (1 = exact); rounding
@@ -117,7 +117,7 @@ fn to_text(a: &crate::accounting::data_dependent::Analysis) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "data-dependent analysis (seed 001), an ESTIMATE from {} runs, not a guarantee",
+        "data-dependent analysis (Thudi et al.), an ESTIMATE from {} runs, not a guarantee",
         a.runs
     );
     let _ = writeln!(

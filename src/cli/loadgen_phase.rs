@@ -1,5 +1,5 @@
 //! `dpledger loadgen --dataset D`: one measured phase against a dataset the
-//! caller created (sharded or not, issue 26), so that a script can alternate
+//! caller created (sharded or not), so that a script can alternate
 //! phases of two datasets in one run and report their ratio.
 //!
 //! * Ingest: one sequential stream of `--steps` binary step reports of

@@ -110,7 +110,7 @@ pub enum Command {
     Schedule(JsonFlag<accountant::ScheduleCmd>),
     /// Recompute per-example epsilons offline from a JSON-lines trace.
     Replay(JsonFlag<ReplayCmd>),
-    /// Seed 001's expected composition over several runs (an estimate).
+    /// Thudi et al.'s expected composition over several runs (an estimate).
     DataDependent(JsonFlag<data_dependent::DataDependentCmd>),
     /// Run the HTTP service.
     Serve(Box<server::ServeCmd>),
@@ -122,7 +122,7 @@ pub enum Command {
     Demo(demo::DemoCmd),
     /// Load a running server and report throughput and latency against baselines.
     Loadgen(JsonFlag<loadgen::LoadgenCmd>),
-    /// Rank errors of the DP quantile methods on the issue-6 benchmark data.
+    /// Rank errors of the DP quantile methods on the release accuracy benchmark's data.
     ReleaseAccuracy(JsonFlag<ReleaseAccuracyCmd>),
     /// Drop log payloads that a verified snapshot stands in for (keeps what an
     /// audit needs: the pinned snapshot, every later record, every checksum).
@@ -154,9 +154,9 @@ impl CompactCmd {
 }
 
 /// `dpledger release-accuracy`: both quantile methods on `B·Beta(1.5, 6)` data,
-/// without and with a share of values at `B`, like the seed's Table 2, and on
-/// heavily tied per-example epsilons (issue 15, item 8), and on training-like
-/// traces under the min rule, per group and for the histogram near B (issue 29).
+/// without and with a share of values at `B`, like Table 2 of Yu et al. 2022, and on
+/// heavily tied per-example epsilons, and on training-like
+/// traces under the min rule, per group and for the histogram near B.
 #[derive(Debug, clap::Args)]
 pub struct ReleaseAccuracyCmd {
     /// Values drawn.

@@ -4,8 +4,8 @@
 //! asks for releases (mean and quantiles) of a second dataset of the same size
 //! back to back (the same CPU load, no shared lock); and while it asks for
 //! releases of the stepped dataset itself. The figures are the latency
-//! distributions and the p99 ratios to the baseline (the goal of issue 16: at
-//! most 2), with how many releases ran and how long they took. On a machine
+//! distributions and the p99 ratios to the baseline (the goal for releases while
+//! steps flow: at most 2), with how many releases ran and how long they took. On a machine
 //! with few cores the second phase shows how much of the slowdown is only CPU.
 
 use super::loadgen::{agent, encoded_steps, percentile, LoadgenCmd, Rng};

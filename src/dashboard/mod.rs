@@ -1,4 +1,4 @@
-//! The built-in privacy dashboard (`/dashboard`, issue 17): a static page whose
+//! The built-in privacy dashboard (`/dashboard`): a static page whose
 //! assets are embedded in the binary at build time. The page reads only the JSON
 //! API with the bearer token the user pastes, so every role sees exactly what the
 //! API grants it; a strict Content-Security-Policy keeps every request on this

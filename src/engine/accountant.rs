@@ -34,7 +34,7 @@ fn resolve_orders(orders: &Option<Vec<f64>>) -> Result<Vec<f64>> {
 
 /// Which accountant computes a worst-case number. The default is the tightest
 /// valid one, PLD, as for a served dataset's worst case, so the CLI, the stateless
-/// endpoints and the service agree (issue 25).
+/// endpoints and the service agree.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {

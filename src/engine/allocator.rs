@@ -1,4 +1,4 @@
-//! How freed memory goes back to the operating system (issue 16, item 2).
+//! How freed memory goes back to the operating system.
 //!
 //! A paged-out dataset must leave memory for real, not only in the ledger's own
 //! account. glibc's malloc serves a block above its *mmap threshold* with a

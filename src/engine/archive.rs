@@ -1,5 +1,5 @@
-//! Owners of an archived, paged-out dataset are answered from the store
-//! (issue 16, item 2), one block read per query, without loading the ledger.
+//! Owners of an archived, paged-out dataset are answered from the store,
+//! one block read per query, without loading the ledger.
 //!
 //! Before an archived dataset leaves memory, every example's final answer
 //! ingredients ([`ArchivedExample`]: RDP vector, flags, threshold, PLD-estimate

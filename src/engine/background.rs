@@ -1,4 +1,4 @@
-//! Work that yields the CPU to requests (issue 16, item 4): a release's `O(n)`
+//! Work that yields the CPU to requests: a release's `O(n)`
 //! pass and its statistics run on a thread of their own at the operating
 //! system's lowest priority (`SCHED_IDLE` on Linux), so a step that wakes up
 //! takes a core from it at once instead of waiting for the scheduler's

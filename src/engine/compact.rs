@@ -1,5 +1,5 @@
 //! `dpledger compact`: an operator's request to drop the payloads of log
-//! records that a snapshot stands in for (issue 16). The snapshot used is the
+//! records that a snapshot stands in for. The snapshot used is the
 //! dataset's newest one that reads back, verifies *and* decodes into a ledger,
 //! checked before anything is removed; it is then pinned (never pruned). What
 //! an audit needs stays: that snapshot, every record after it, and every

@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis (issue 18) over live ledgers: several
+//! Thudi et al.'s data-dependent analysis over live ledgers: several
 //! datasets that are runs of one configuration, whose trainers sent full-batch
 //! refreshes at checkpoints. Read-only: nothing here changes a ledger or the log.
 //!
@@ -12,7 +12,7 @@
 //! Several refresh records before the same step form one checkpoint; a later norm
 //! of an example replaces an earlier one, as in the ledger.
 //!
-//! In a cluster (issue 23) any node answers over runs served anywhere: a run
+//! In a cluster any node answers over runs served anywhere: a run
 //! this node does not serve is rebuilt, privately and read-only, from the shared
 //! log (newest snapshot + records after it, the load a takeover does). The log
 //! is the truth every owner's ledger is a prefix-image of (a node applies only
@@ -22,7 +22,7 @@
 //! The caller's rights are checked per run by the HTTP layer, from the token,
 //! identically on every node.
 //!
-//! A run that is a sharded dataset (issue 26) is read from its shards and
+//! A run that is a sharded dataset is read from its shards and
 //! their logs, concatenated in id order (`data_dependent/shards.rs`): the analysis
 //! itself runs once over all examples, so it is the unsharded one.
 

@@ -1,4 +1,4 @@
-//! The per-example PLD estimate (spec §8, issues 14 and 24), composed from a
+//! The per-example PLD estimate (spec §8), composed from a
 //! process-wide bounded cache of level spectra and answers.
 //!
 //! The composition itself ([`crate::accounting::pld::estimate`]) picks its grid
@@ -27,7 +27,7 @@
 //! each take 8 times their own time, so the longest (a history whose levels
 //! the cache has not seen: tens of milliseconds) set the p99. Queued instead,
 //! each waits for the ones before it and then runs at full speed: the same
-//! throughput, with a tail of about the queue plus its own time (issue 24).
+//! throughput, with a tail of about the queue plus its own time.
 
 use super::error::{EngineError, EngineResult};
 use super::Engine;

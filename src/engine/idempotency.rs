@@ -1,4 +1,4 @@
-//! Changes that are safe to retry (issue 28): a change sent with an
+//! Changes that are safe to retry: a change sent with an
 //! idempotency key is stored with it (`store::idempotency`), and a retry with
 //! the same key and the same request finds the change already made and is
 //! answered from it, never applied again; the same key with another request is

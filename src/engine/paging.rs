@@ -1,4 +1,4 @@
-//! Datasets leave memory when idle (issue 16, item 2): a dataset nobody has
+//! Datasets leave memory when idle: a dataset nobody has
 //! touched for a while (sooner when archived) is written to a snapshot if it
 //! changed since its last one, then its ledger is dropped, keeping only a
 //! placeholder of a single example (tens of kilobytes, the prefix-sum base of

@@ -1,4 +1,4 @@
-//! Automatic (policy) releases, computed off the write lock (issue 16, item 4).
+//! Automatic (policy) releases, computed off the write lock.
 //!
 //! A policy releases its request after every `every_steps` completed steps. The
 //! step that makes one due opens the release's view of the ledger while it

@@ -1,4 +1,4 @@
-//! A release computed while steps keep flowing (issue 16, item 4): a curator's,
+//! A release computed while steps keep flowing: a curator's,
 //! and the policy's (`policy.rs`), which opens its view inside the due step.
 //!
 //! A release's work is an `O(n × #orders)` pass over every example's RDP (0.2 s

@@ -1,4 +1,4 @@
-//! Snapshots of served datasets (issue 16): the policy that says when, taking
+//! Snapshots of served datasets: the policy that says when, taking
 //! one while steps keep flowing, pruning old ones, and loading the newest one
 //! that verifies. The log stays the source of truth: a snapshot only saves
 //! replaying the records it covers, and one that fails its checksum or does

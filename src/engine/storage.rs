@@ -1,4 +1,4 @@
-//! What the service keeps where (issue 16, item 5): the store's log, snapshots
+//! What the service keeps where: the store's log, snapshots
 //! and archives, and each dataset's memory, for `GET /v1/admin/storage` and the
 //! Prometheus gauges of the same figures.
 //!

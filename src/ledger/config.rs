@@ -1,4 +1,4 @@
-//! A dataset's ledger configuration (issue 3, item 1).
+//! A dataset's ledger configuration.
 
 use crate::accounting::error::{InvalidArgument, Result};
 use crate::accounting::grid::BucketGrid;
@@ -41,7 +41,7 @@ pub enum Sampling {
         /// Batch size `b`.
         batch_size: u64,
         /// Steps per epoch `S` when it is not `ceil(n / b)`: set only on the
-        /// shards of a sharded dataset (issue 26), to the dataset's
+        /// shards of a sharded dataset, to the dataset's
         /// `ceil(n / b)`, because a shard's epochs span the whole dataset, not
         /// its own examples. Refused on any other dataset.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,4 +1,4 @@
-//! The per-example PLD estimate (spec §8, issue 14 item 4): what it is made of
+//! The per-example PLD estimate (spec §8): what it is made of
 //! and how it is served.
 //!
 //! An example's estimate composes, per hyperparameter segment `(q, sigma)` and

@@ -1,4 +1,4 @@
-//! Offline replay of a JSON-lines trace (issue 3, item 6). The format is fixed
+//! Offline replay of a JSON-lines trace. The format is fixed
 //! (other tools write it):
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! A dataset's release budget (issue 6, item 4): total zCDP `rho` that releases
+//! A dataset's release budget: total zCDP `rho` that releases
 //! may spend, given directly or as an (epsilon, delta) target converted with the
 //! exact zCDP → DP conversion, rounded down so the target is never exceeded.
 

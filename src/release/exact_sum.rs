@@ -1,6 +1,6 @@
 //! An exact, order-independent sum of floats (Shewchuk's partials, as Python's
 //! `math.fsum`), so that a release's mean is the same whether one ledger sums
-//! every example or shards sum their ranges and the sums are merged (issue 26):
+//! every example or shards sum their ranges and the sums are merged:
 //! the partials represent the exact real sum, and [`ExactSum::value`] rounds it
 //! once, correctly, whatever the order of the additions and merges.
 

@@ -1,4 +1,4 @@
-//! DP histogram of values in `[0, B]` over equal-width bins (issue 6, item 3).
+//! DP histogram of values in `[0, B]` over equal-width bins.
 //! Adding or removing one value changes one bin by 1 (L2 sensitivity 1), so
 //! Gaussian noise of `σ = 1/sqrt(2ρ)` on every count costs `ρ`.
 

@@ -1,4 +1,4 @@
-//! Group labels of examples (issue 6, item 3): data, not secrets, but statistics
+//! Group labels of examples: data, not secrets, but statistics
 //! per group (sizes included) are released only with noise. Kept as one `u32`
 //! per example so a million examples cost 4 MB.
 
@@ -22,7 +22,7 @@ pub struct LabelAssignment {
 }
 
 /// The payload of a labels record: an assignment and, on a shard of a sharded
-/// dataset (issue 26), the dataset's label names in order of first use after
+/// dataset, the dataset's label names in order of first use after
 /// it, which the shard adopts before assigning, so that every shard names and
 /// orders the groups as one unsharded ledger of the same trace does (groups
 /// none of its examples carry included). An unsharded dataset's record has no

@@ -1,4 +1,4 @@
-//! DP mean of values in `[0, B]` (issue 6, item 1): Gaussian noise on the
+//! DP mean of values in `[0, B]`: Gaussian noise on the
 //! midpoint-centred sum (sensitivity `B/2` under add/remove) and on the count
 //! (sensitivity 1), the budget split evenly between the two.
 

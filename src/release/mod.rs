@@ -1,4 +1,4 @@
-//! DP releases of aggregate statistics of per-example epsilons (issue 6; spec §6).
+//! DP releases of aggregate statistics of per-example epsilons (spec §6).
 //!
 //! Per-instance epsilons correlate with an example's loss, so anyone but the
 //! owner sees them only through releases that are themselves differentially

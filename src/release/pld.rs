@@ -9,7 +9,7 @@
 //!   (one per example: the sub-problems at a depth see disjoint data). Such a
 //!   mechanism is eta-DP, so each depth is a pure-DP event of epsilon eta
 //!   (randomized response, its tight dominating pair). A depth where an atom's
-//!   count is released in place of a mechanism (issue 29) uses Laplace noise
+//!   count is released in place of a mechanism uses Laplace noise
 //!   of scale `2/eta`, which is `eta/2`-DP: the same event dominates it. Its zCDP charge
 //!   `eta²/8` is not a Gaussian one and must not be treated as one.
 //!

@@ -1,4 +1,4 @@
-//! A release's sufficient statistics (issue 26): what each mechanism consumes
+//! A release's sufficient statistics: what each mechanism consumes
 //! of the data, so that shards can compute them over their own examples, a
 //! coordinator can add them up exactly, and the mechanism runs once on the
 //! merged statistics with inputs bit-identical to one ledger's. One ledger's
@@ -353,7 +353,7 @@ mod tests {
     }
 
     /// What a shard sends is bounded by the grid and the bins, not by its
-    /// number of examples (the figure in `docs/cluster.md`).
+    /// number of examples (the figure in `docs/sharding.md`).
     #[test]
     fn a_summary_is_bounded_by_the_grid_not_by_the_examples() {
         let r = request();

@@ -1,4 +1,4 @@
-//! Archived datasets' per-example answers (issue 16, item 2), shared by both
+//! Archived datasets' per-example answers, shared by both
 //! backends. An archived dataset never changes, so once it is paged out its
 //! owners' queries are answered from blocks of per-example data written when it
 //! left memory, one block read per query, instead of loading the whole ledger.

@@ -1,4 +1,4 @@
-//! Cluster coordination in PostgreSQL (issue 23): the node registry with its
+//! Cluster coordination in PostgreSQL: the node registry with its
 //! heartbeats, and one lease per dataset with an epoch that every write of the
 //! log is fenced by.
 //!
@@ -19,7 +19,7 @@
 //!                 expires_at TIMESTAMPTZ)
 //! dpledger_events.epoch BIGINT NULL   -- the writer's epoch, checked by the trigger
 //! dpledger_shards(dataset TEXT PRIMARY KEY, examples BIGINT, shards INT, spec TEXT)
-//!                                     -- sharded datasets (issue 26): the layout
+//!                                     -- sharded datasets: the layout
 //! dpledger_decisions(id TEXT PRIMARY KEY, outcome TEXT, created TIMESTAMPTZ)
 //!                                     -- a change across shards: 'commit' or 'abort'
 //!                                     -- (rows older than DECISIONS_KEPT pruned)

@@ -1,4 +1,4 @@
-//! Idempotency keys (issue 28): a change sent with a client's key is stored
+//! Idempotency keys: a change sent with a client's key is stored
 //! with that key, in the same transaction as its records, so that a retry of
 //! the same request is recognised after a restart, a failover, or a commit
 //! whose outcome was unknown, and is never applied twice.

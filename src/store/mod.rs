@@ -1,4 +1,4 @@
-//! Durable event log (issue 4): the source of truth of every ledger.
+//! Durable event log: the source of truth of every ledger.
 //!
 //! The service never trusts memory alone: every state change (a dataset created, a
 //! step or step part, a refresh, a release, a budget change, an archive) is appended

@@ -1,4 +1,4 @@
-//! Snapshots and compaction in the store (issue 16): what is kept, and the
+//! Snapshots and compaction in the store: what is kept, and the
 //! checks every backend applies.
 //!
 //! A snapshot is a dataset's whole state at a sequence number of the log, as

@@ -1,4 +1,4 @@
-"""Browser test of the built-in dashboard (issue 17), run by scripts/test-dashboard.
+"""Browser test of the built-in dashboard, run by scripts/test-dashboard.
 
 Starts the real `dpledger serve`, trains a 200-example run over HTTP with 100 steps
 and 105 DP releases (one population release per step, a per-group release every 20

@@ -1,4 +1,4 @@
-//! Runs for seed 001's data-dependent analysis (one generator, so the
+//! Runs for Thudi et al.'s data-dependent analysis (one generator, so the
 //! single-node and the cluster tests analyse the same kind of training), and
 //! the comparison of two analyses' answers.
 

@@ -1,4 +1,4 @@
-//! Cluster test harness (issue 23): several real `dpledger serve --cluster`
+//! Cluster test harness: several real `dpledger serve --cluster`
 //! processes on loopback sharing one PostgreSQL schema, with the faults the
 //! tests inject (SIGKILL, SIGSTOP/SIGCONT, SIGTERM and restart), and a trainer
 //! that streams steps through any node, retrying what is retryable.

@@ -1,4 +1,4 @@
-//! A fault-injecting TCP proxy between the server and PostgreSQL (issue 28):
+//! A fault-injecting TCP proxy between the server and PostgreSQL:
 //! it forwards both ways, reads the client's side of the wire protocol, and
 //! when armed cuts the next write transaction's connection at its `COMMIT`:
 //! before any of it reaches the database, in the middle of the message, or

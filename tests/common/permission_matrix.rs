@@ -1,4 +1,4 @@
-//! The permission matrix driven against a running server (issue 15.7), shared by
+//! The permission matrix driven against a running server, shared by
 //! `tests/permissions.rs` (one node) and `tests/cluster_permissions.rs` (through a
 //! node of a cluster that owns neither dataset, so that every dataset request is
 //! forwarded and authorised by the owner): every endpoint of

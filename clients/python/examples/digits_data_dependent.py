@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed 001's data-dependent analysis on scikit-learn's digits: train the same
+"""Thudi et al.'s data-dependent analysis on scikit-learn's digits: train the same
 configuration three times (each run is one dataset of dpledger, with a
 full-batch refresh of every example's gradient norm at the start of every
 epoch), then ask dpledger for the expected-composition estimate over the runs

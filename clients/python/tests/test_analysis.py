@@ -1,4 +1,4 @@
-"""Seed 001's data-dependent analysis through the client, against the real
+"""Thudi et al.'s data-dependent analysis through the client, against the real
 server: three runs with a refresh every two steps; the whole analysis for an
 admin, one example for its owner, and the refusals the caller sees."""
 

@@ -1,4 +1,4 @@
-"""DP releases (issue 6) through the Python client, against the real server:
+"""DP releases through the Python client, against the real server:
 budgets, the cost reaching every owner's epsilon and the worst case by exactly
 ``alpha * rho``, free reads for viewers, budget refusals with their numbers,
 per-group releases, policies, and a release charged once when retried after a lost answer.

@@ -1,4 +1,4 @@
-"""Client-side splitting of a sharded dataset's steps (issue 26), against a real
+"""Client-side splitting of a sharded dataset's steps, against a real
 cluster: three ``dpledger serve --cluster`` processes on loopback over the
 PostgreSQL of the server's tests (``DPLEDGER_TEST_POSTGRES_URL``, default
 ``postgres://postgres@127.0.0.1:55432/test``; a fresh schema made with

@@ -1,4 +1,4 @@
-"""TensorBoard scalars (issue 17): written with tensorboardX, read back with the
+"""TensorBoard scalars: written with tensorboardX, read back with the
 tensorboard package's own event reader, equal to what the API answers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-//! Types of seed 001's data-dependent analysis over several runs
+//! Types of Thudi et al.'s data-dependent analysis over several runs
 //! (`GET /v1/analyses/data-dependent`): an estimate (`guarantee: false`), shown
 //! next to the data-independent and seed-000 per-instance epsilons.
 

@@ -505,7 +505,7 @@ impl Client {
     /// `duplicate: true`, which this returns as success. A report that still fails
     /// after the retries is an error; it is never dropped silently.
     ///
-    /// For a sharded dataset (cluster mode, issue 26) the report is split by id
+    /// For a sharded dataset (cluster mode) the report is split by id
     /// range and each shard's part sent straight to its owner, in parallel
     /// ([`crate::shard`]); the answer is the same as a node's split would give.
     /// A retry of the whole report after an error is safe: each part is

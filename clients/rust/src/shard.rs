@@ -1,5 +1,5 @@
-//! Client-side splitting of a sharded dataset's steps (issue 26; the server's
-//! `docs/cluster.md`, "Sharded datasets").
+//! Client-side splitting of a sharded dataset's steps (the server's
+//! `docs/sharding.md`, "Client-side splitting").
 //!
 //! In a cluster a dataset created with `"shards": k` is `k` contiguous id
 //! ranges, each an ordinary dataset `{d}~{start}` with its own owner. Any node

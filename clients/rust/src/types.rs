@@ -186,7 +186,7 @@ pub struct DatasetView {
     /// The data-independent accountants (PLD and RDP) at the configured delta.
     pub worst_case: WorstCaseBounds,
     /// A sharded dataset's shards, in id order (`None`: unsharded; cluster
-    /// mode, issue 26).
+    /// mode).
     #[serde(default)]
     pub shards: Option<Vec<ShardView>>,
 }

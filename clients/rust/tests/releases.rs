@@ -1,4 +1,4 @@
-//! DP releases against the real server (issue 6): a release's cost reaches every
+//! DP releases against the real server: a release's cost reaches every
 //! owner's RDP and the worst case by exactly `alpha * rho`; viewers read releases
 //! at no cost; over-budget refusals carry the budget extension; a release whose
 //! answer was lost is never sent again; per-group releases follow the labels; a

@@ -1,4 +1,4 @@
-//! TensorBoard scalars (issue 17): the Rust writer's files read back by this
+//! TensorBoard scalars: the Rust writer's files read back by this
 //! crate's reader and by TensorBoard's own `EventAccumulator`, with the values the
 //! API answers; a file written by tensorboardX reads back with this reader.
 

@@ -1,4 +1,4 @@
-//! Seed 001's data-dependent analysis on scikit-learn's digits with the tch
+//! Thudi et al.'s data-dependent analysis on scikit-learn's digits with the tch
 //! trainer: train the same configuration `--runs` times (default 3), each run a
 //! dataset of dpledger with a full-batch refresh every epoch, then ask dpledger
 //! for the expected-composition estimate over the runs and print the share of

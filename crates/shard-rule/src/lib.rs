@@ -1,5 +1,5 @@
 //! The rule that splits a step's batch by id range over a sharded dataset's
-//! shards (issue 26), written once for the two places that apply it: the
+//! shards, written once for the two places that apply it: the
 //! server's node-side split (`src/engine/cluster/shard_split.rs`) and the Rust
 //! client's split before sending (`dpledger_client::shard`); both depend on this
 //! crate.

@@ -1,7 +1,7 @@
 //! Data-dependent per-instance RDP of seed 001 (Thudi et al., "Gradients Look
 //! Alike"): a whole run is bounded through the *expected* per-step leakage over
 //! the randomness of training, estimated from several independent runs with the
-//! same configuration (issue 18; derivation in `docs/data-dependent.md`).
+//! same configuration (derivation in `docs/data-dependent.md`).
 //!
 //! For `T` steps, Hölder exponent `p > 1` and order `alpha`, step `t` is charged at
 //! order `alpha_j = alpha (p/(p-1))^j` with `j = T-1-t` (steps counted back from the

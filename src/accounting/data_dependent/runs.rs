@@ -1,6 +1,6 @@
 //! Several runs of one configuration, with every example's sensitivity level at
 //! every checkpoint: the input of [`super::compose()`]. Construction refuses
-//! anything the expectation over runs cannot be taken over (issue 18, item 4).
+//! anything the expectation over runs cannot be taken over.
 
 use super::trace::RunTrace;
 use super::DataDependentError;

@@ -1,5 +1,5 @@
 //! Per-example PLD estimates composed from cached spectra, on a grid chosen per
-//! query from a relative-accuracy target (issue 24).
+//! query from a relative-accuracy target.
 //!
 //! # The grid
 //! Connect-the-dots error is relative to the grid spacing `h`: an epsilon that

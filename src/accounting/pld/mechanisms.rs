@@ -36,8 +36,7 @@ pub enum Direction {
 /// crate's (the FreeBSD msun port, < 1 ulp, the same on every platform); the
 /// per-example *estimate* (`"guarantee": false`) may take glibc's where there is
 /// one: about twice as fast (the `libm` crate computes its own `exp`), a few ulp
-/// apart, and building an estimate's level evaluates four per grid point
-/// (issue 24).
+/// apart, and building an estimate's level evaluates four per grid point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
     /// A bound: `libm`'s `erfc` everywhere.
@@ -202,7 +201,7 @@ pub fn sgm_pld(q: f64, sigma: f64, dir: Direction, h: f64) -> Result<DiscretePld
 /// point and puts the mass above it at `+inf`); it costs accuracy only, at most
 /// `2 Phi^c(z_cut)` of delta per composed step (the two pairs differ only on
 /// samples beyond the cut). Per-example estimates use it to build narrower
-/// single-step PLDs (issue 24), with [`Precision::Estimate`].
+/// single-step PLDs, with [`Precision::Estimate`].
 pub fn sgm_pld_cut(
     q: f64,
     sigma: f64,

@@ -1,4 +1,4 @@
-//! Cluster mode (issue 23): this node's identity and leases, and how datasets
+//! Cluster mode: this node's identity and leases, and how datasets
 //! come and go from its memory. PostgreSQL is the coordinator (`store::cluster`):
 //! each dataset has one lease with an epoch; this node serves a dataset only
 //! while it holds the lease, loads it (snapshot + log) when it takes the lease,

@@ -1,4 +1,4 @@
-//! The node mark (issue 26): an HMAC-SHA256 that only the cluster's nodes can
+//! The node mark: an HMAC-SHA256 that only the cluster's nodes can
 //! make, over a node-to-node call's method, path, body hash, time and signing
 //! node, keyed by the cluster's secret (`dpledger_node_secret`, generated once
 //! by the first node to start and read by every other: whoever can read that

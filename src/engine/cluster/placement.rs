@@ -1,4 +1,4 @@
-//! Where datasets live (issue 23): a new dataset goes to the live node with
+//! Where datasets live: a new dataset goes to the live node with
 //! the most free memory (ties: the smallest node id), and a node holding more
 //! than its fair share of the cluster's datasets hands one over (graceful
 //! handover: snapshot, release, another node loads it) while some live node

@@ -1,5 +1,5 @@
-//! Labels after creation of a sharded dataset (issue 26, `docs/cluster.md`
-//! "Labels after creation of a sharded dataset"): one change across shards,
+//! Labels after creation of a sharded dataset (`docs/sharding.md`
+//! "Labels after creation and shuffled sampling"): one change across shards,
 //! like a release budget, whose record differs per shard.
 //!
 //! One unsharded ledger names its groups in order of first use over the whole

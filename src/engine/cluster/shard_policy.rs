@@ -1,5 +1,5 @@
-//! Release policies of a sharded dataset (issue 26, `docs/cluster.md`
-//! "Release policies of a sharded dataset"): the engine's side.
+//! Release policies of a sharded dataset (`docs/sharding.md`
+//! "Release policies"): the engine's side.
 //!
 //! The policy is a `ReleasePolicy` record in every shard's log, written by the
 //! cross-shard protocol (`shard_release.rs`, [`ShardChange::Policy`]) or with

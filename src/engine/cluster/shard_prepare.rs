@@ -1,6 +1,6 @@
 //! A shard's prepare of a sharded release, computed from a view while the
-//! shard's steps keep flowing (issue 26; `docs/cluster.md`, "Releases of a
-//! sharded dataset", *Statistics from a view*). Called by the holder of a
+//! shard's steps keep flowing (`docs/sharding.md`, "The change
+//! protocol", *Statistics from a view*). Called by the holder of a
 //! prepared change (`shard_release.rs`), which holds the release turn:
 //!
 //! 1. **Open** (write lock, `O(#orders)`): when the coordinator names a step

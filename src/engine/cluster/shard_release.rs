@@ -1,5 +1,5 @@
-//! Releases and release budgets of a sharded dataset (issue 26,
-//! `docs/cluster.md` "Releases of a sharded dataset"): one change charged to
+//! Releases and release budgets of a sharded dataset (`docs/sharding.md`,
+//! "Releases"): one change charged to
 //! every shard or to none.
 //!
 //! 1. **Prepare** (each shard's owner, [`Engine::prepare_shard_change`]): a task

@@ -1,5 +1,5 @@
 //! A sharded dataset's requests split by id range into its shards' requests,
-//! and the shards' answers merged back (issue 26). Pure functions: the HTTP
+//! and the shards' answers merged back. Pure functions: the HTTP
 //! layer sends the parts; nothing here talks to anyone.
 //!
 //! A step of the dataset is the same step of every shard: shard `s` gets the
@@ -17,7 +17,7 @@ use crate::ledger::{
 use std::ops::Range;
 
 // The split rule itself, shared with the Rust client (which splits before
-// sending, issue 26): one crate, so both cut a report into identical parts.
+// sending): one crate, so both cut a report into identical parts.
 use dpledger_shard_rule as rule;
 
 /// A step report split into one report per shard.

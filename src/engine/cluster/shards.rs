@@ -1,4 +1,4 @@
-//! Sharded datasets (issue 26, `docs/cluster.md` "Sharded datasets"): a
+//! Sharded datasets (`docs/sharding.md` "Shards"): a
 //! dataset created with `"shards": k` is `k` contiguous ranges of example ids,
 //! each an ordinary dataset of the cluster (its own ledger, lease, epoch and
 //! log) named `{dataset}~{start}`, whose example `i` is the dataset's example

@@ -1,4 +1,4 @@
-//! Routing's negative cache (issue 26): a request naming a dataset that
+//! Routing's negative cache: a request naming a dataset that
 //! exists nowhere (no lease, no shard layout) costs two PostgreSQL reads
 //! before the handler authorises it (the leases and the layout); the same
 //! name asked again within [`UNKNOWN_FOR`] is known absent without them. A

@@ -1,4 +1,4 @@
-//! Sharded runs in seed 001's data-dependent analysis (issue 26): a run that is
+//! Sharded runs in Thudi et al.'s data-dependent analysis: a run that is
 //! a sharded dataset is read as the concatenation of its shards `{run}~{start}`
 //! (each an ordinary dataset, read as the analysis reads any run: served here
 //! or rebuilt from the shared log). Shard *s*'s example *j* is the run's

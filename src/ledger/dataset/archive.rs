@@ -1,5 +1,5 @@
-//! What an archived ledger's queries need once the ledger is out of memory
-//! (issue 16, item 2): per example, its final RDP vector, flags, threshold and
+//! What an archived ledger's queries need once the ledger is out of memory:
+//! per example, its final RDP vector, flags, threshold and
 //! PLD-estimate input ([`ArchivedExample`], kept in the store); for the dataset,
 //! the few kilobytes every answer shares ([`ArchiveSummary`], kept in memory).
 //! Answers computed from them go through the same functions as the live

@@ -1,4 +1,4 @@
-//! An example's RDP from its compact form (issue 27): the one evaluation behind
+//! An example's RDP from its compact form: the one evaluation behind
 //! every per-example query, the individual filter's checks, releases and views.
 //!
 //! # The compact form

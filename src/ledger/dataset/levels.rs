@@ -1,5 +1,5 @@
 //! Each example's count of steps per (hyperparameter segment, grid level): the
-//! input of its PLD estimate (spec §8, issue 14 item 4).
+//! input of its PLD estimate (spec §8).
 //!
 //! # What is counted
 //! Step `t` charges example `i` at grid level `k` (spec §3.3): its bucket `b_i`
@@ -19,7 +19,7 @@
 //!   `(segment, level) -> count` entries (4 bytes each, one per distinct pair
 //!   visited; empty, without allocation, for an example never moved off `C`).
 //!
-//! The list is the example's whole record (issue 27): its RDP is evaluated from
+//! The list is the example's whole record: its RDP is evaluated from
 //! it (`compact.rs`), so it is kept at the information's size. The dataset's
 //! distinct `(segment, level)` pairs are numbered once (`pairs`), and an entry is
 //! one `u32`: a 19-bit pair id and a 12-bit count (*narrow*, bit 31 clear), or,

@@ -11,7 +11,7 @@
 //! concurrent map would buy nothing: steps must be applied one at a time and in
 //! order, so the server serialises them per dataset anyway (one lock per ledger).
 //!
-//! # The compact form (issue 27)
+//! # The compact form
 //!
 //! No dense RDP row is kept per example: its RDP is evaluated from the level
 //! history, the per-segment tables and the prefix sums (`compact.rs`, with the
@@ -32,7 +32,7 @@
 //! |---|---|
 //! | `mod.rs` | the [`Ledger`] struct, its creation and accessors |
 //! | `columns.rs` | per-example columns: flag bits, allocation, huge pages, prefetching, memory |
-//! | `compact.rs` | an example's RDP evaluated from its compact form (issue 27) |
+//! | `compact.rs` | an example's RDP evaluated from its compact form |
 //! | `pass.rs` | every example's epsilon at once (releases, views), vectorised, bit for bit `compact.rs` |
 //! | `step.rs` | one step's validation and accrual (spec §3.2–§3.4), refreshes (§3.5), compaction |
 //! | `parts.rs` | exactly once, in order: retries and the retry window, multi-part steps |
@@ -42,7 +42,7 @@
 //! | `releases.rs` | release charges to every example (spec §6) |
 //! | `query.rs` | per-example privacy, the worst case (§4), thresholds, epsilons, status |
 //! | `levels.rs` | each example's steps per (segment, grid level), for its PLD estimate (§8) |
-//! | `snapshot.rs` | the whole state as bytes and back (snapshots, issue 16) |
+//! | `snapshot.rs` | the whole state as bytes and back (snapshots) |
 //! | `archive.rs` | what an archived ledger's queries need once it is out of memory |
 //! | `view.rs` | every example as at one step while later steps go on (releases off the write lock) |
 

@@ -1,4 +1,4 @@
-//! The all-epsilons pass (issue 27): every example's epsilon evaluated from its
+//! The all-epsilons pass: every example's epsilon evaluated from its
 //! compact form, for releases (through a view, `view.rs`) and
 //! [`Ledger::epsilons`](super::Ledger::epsilons).
 //!

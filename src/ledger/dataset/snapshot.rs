@@ -1,4 +1,4 @@
-//! A ledger's whole state as bytes, and back (issue 16, snapshots).
+//! A ledger's whole state as bytes, and back (snapshots).
 //!
 //! Restarting a service that has seen a hundred million reported norms by
 //! replaying its log takes tens of seconds; loading the state the log led to
@@ -46,7 +46,7 @@ const MAGIC: &[u8; 4] = b"DPLS";
 /// Version of the image layout; an image of another version is refused (the
 /// log is replayed instead). 2: the level history's per-example lists as flat
 /// bytes (`flat.rs`). 3: no dense RDP rows, no `since` in Poisson mode (the
-/// compact form, issue 27).
+/// compact form).
 pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Everything but the per-example columns.

@@ -1,5 +1,5 @@
-//! A consistent view of every example's RDP at one step while later steps go on
-//! (issue 16, item 4): a release computes its `O(n × #orders)` pass from the view,
+//! A consistent view of every example's RDP at one step while later steps go on:
+//! a release computes its `O(n × #orders)` pass from the view,
 //! in chunks under the dataset's read lock, instead of holding the write lock for
 //! the whole pass, so steps keep flowing while it runs.
 //!

@@ -1,4 +1,4 @@
-//! Training-like traces under the min rule (issue 29): since the served epsilon
+//! Training-like traces under the min rule: since the served epsilon
 //! became `min(per-instance RDP, PLD worst case B)`, every example whose RDP is
 //! above `B` sits exactly at `B`, a public atom holding 20-40% of a run, with a
 //! dense region just below it (the hard examples that were clipped a little

@@ -1,9 +1,9 @@
-//! The accuracy benchmark of issue 6 (a seeded experiment, not a timing): both
+//! The release accuracy benchmark (a seeded experiment, not a timing): both
 //! quantile methods on `B·Beta(1.5, 6)` data, with and without a share of values
-//! exactly at `B`, reported as rank errors like the seed's Table 2; and on heavily
-//! tied data (issue 15, item 8), the per-example epsilons of a run with stable
+//! exactly at `B`, reported as rank errors like Table 2 of Yu et al. 2022 (per-instance accounting); and on heavily
+//! tied data, the per-example epsilons of a run with stable
 //! norms; and on training-like traces under the min rule, with 20-40% of the
-//! values at the public atom `B` (issue 29, [`min_rule`]), per group and for the
+//! values at the public atom `B` ([`min_rule`]), per group and for the
 //! histogram's bins near `B` too ([`near_bound`]). Used by the `release-accuracy`
 //! command and by `tests/release_accuracy.rs`.
 
@@ -85,7 +85,7 @@ pub const TIED_RATE: f64 = 0.1;
 /// where an example's epsilon depends only on how often it was sampled:
 /// `bound · sqrt(k / TIED_STEPS)` with `k ~ Binomial(TIED_STEPS, TIED_RATE)`.
 /// At `n = 50,000` this gives about 130 distinct values in runs of up to about
-/// 1,400 equal ones, like the runs reported in issue 15; the values are not on
+/// 1,400 equal ones, like the tied runs of a stable-norm training run; the values are not on
 /// any grid the mechanism knows.
 pub fn tied_population(seed: u64, n: usize, bound: f64) -> Vec<f64> {
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
@@ -172,7 +172,7 @@ pub struct LevelAccuracy {
     pub kss_value_error: f64,
     /// Mean `|estimate − exact| / B` of the gradient method.
     pub gradient_value_error: f64,
-    /// Mean rank error of the per-level alternative evaluated in issue 29
+    /// Mean rank error of the per-level alternative (not served)
     /// ([`per_level_quantiles`]: one mechanism per level at `rho/m`, sorted).
     pub per_level_rank_error: f64,
 }
@@ -206,7 +206,7 @@ pub struct AccuracyReport {
     pub kss_max_rank_error: f64,
     /// Largest per-level mean rank error, gradient method.
     pub gradient_max_rank_error: f64,
-    /// Cells of the grid of issue 15 ([`ISSUE_15_GRID_CELLS`]) that KSS is
+    /// Cells of the former fine grid ([`ISSUE_15_GRID_CELLS`]) that KSS is
     /// also run on in the same run, for comparison with the served grid.
     pub issue_15_grid_cells: u32,
     /// Mean rank error of KSS on that grid, measured at that grid's own
@@ -222,7 +222,7 @@ pub struct AccuracyReport {
     /// the grid compares these with a standard error, not a fixed margin).
     #[serde(skip)]
     pub kss_trial_means: Vec<f64>,
-    /// The same on the issue-15 grid.
+    /// The same on the former fine grid.
     #[serde(skip)]
     pub issue_15_grid_trial_means: Vec<f64>,
     /// Mean exact rank error (resolution 0), KSS.
@@ -231,7 +231,7 @@ pub struct AccuracyReport {
     pub gradient_mean_exact_rank_error: f64,
 }
 
-/// The grid the release served from issue 15 to issue 29 (`2^16` cells), run
+/// The grid the release served before the atoms at `B` (`2^16` cells), run
 /// beside the served grid so that a change of grid is measured in one run.
 pub const ISSUE_15_GRID_CELLS: u32 = 1 << 16;
 
@@ -401,7 +401,7 @@ impl AccuracyReport {
             self.per_level_mean_rank_error, self.per_level_max_rank_error
         );
         s += &format!(
-            "(KSS on the issue-15 grid of {} cells, at its own resolution: mean {:.1}, worst level {:.1})\n",
+            "(KSS on the former fine grid of {} cells, at its own resolution: mean {:.1}, worst level {:.1})\n",
             self.issue_15_grid_cells,
             self.issue_15_grid_mean_rank_error,
             self.issue_15_grid_max_rank_error

@@ -1,4 +1,4 @@
-//! Issue 29, item 3: per-group quantile releases and the histogram's bins near
+//! Atoms at the bound: per-group quantile releases and the histogram's bins near
 //! `B` on training-like traces under the min rule. Groups go through the
 //! release's own per-group path ([`crate::release::compute`] with labels), so
 //! the benchmark measures what a dashboard gets.

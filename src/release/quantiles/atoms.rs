@@ -1,4 +1,4 @@
-//! Chosen atoms (`{0}`, `{B}`) are never split (issue 29): their values all go
+//! Chosen atoms (`{0}`, `{B}`) are never split: their values all go
 //! to the atom's own side, whose levels are then the atom without looking at
 //! the data, and that side releases a noisy count of the atom instead, with
 //! which the other side's targets keep the parent's ranks
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn levels_below_an_atom_at_the_bound_are_not_shifted() {
-        // Issue 29: 30% of the values at B. The old fair-coin split of the B
+        // 30% of the values at B. The old fair-coin split of the B
         // cell gave the 0.7 level half the atom and a rescaled level that
         // assumed 0.9·n values: about 1,000 ranks low. With the atom sent
         // whole and its noisy count (Laplace, b = 2/η ≈ 35) setting the

@@ -1,6 +1,6 @@
 //! The methods the served KSS release is measured against (not served by
 //! `method: kss`): the seed's gradient method (served as `method:
-//! gradient_descent`) and the per-level alternative evaluated in issue 29.
+//! gradient_descent`) and the per-level alternative (not served).
 
 use super::atoms::AtomMass;
 use super::grid::Grid;
@@ -9,7 +9,7 @@ use super::utility::Target;
 use crate::release::noise::add_gaussian;
 use rand::Rng;
 
-/// The alternative evaluated in issue 29 (not served): every level's
+/// The per-level alternative (not served): every level's
 /// exponential mechanism on all the data at `rho / m` each (`η = sqrt(8 rho /
 /// m)`), then sorted (post-processing). No split, so no atom problem, but `m`
 /// mechanisms per example instead of `ceil(log2(m+1))`.

@@ -1,5 +1,5 @@
-//! DP quantiles of values in `[0, B]` (issue 6, item 2; issue 15, item 8;
-//! issue 29).
+//! DP quantiles of values in `[0, B]` (ties on a public
+//! grid; atoms at `0` and `B` sent whole).
 //!
 //! Default method: the recursive approximate-quantiles algorithm of Kaplan,
 //! Schnapp & Stemmer (ICML 2022) over an exponential mechanism on a public grid,

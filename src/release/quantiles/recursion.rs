@@ -38,7 +38,7 @@ pub fn kss_rho(m: usize, eta: f64) -> f64 {
 /// A chosen atom (`0` or `B`) is not split: all its values go to its own side,
 /// whose domain is then the atom alone (every level there is the atom, with no
 /// data used), and that side releases a noisy count of the atom instead, with
-/// which the other side's targets are set exactly (issue 29; see
+/// which the other side's targets are set exactly (see
 /// `docs/releases-quantiles.md`).
 pub fn kss_quantiles<R: Rng + ?Sized>(
     rng: &mut R,

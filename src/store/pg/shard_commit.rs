@@ -1,5 +1,5 @@
 //! One change written to several shards' logs in one PostgreSQL transaction
-//! (issue 26: a sharded dataset's release or release budget), with a decision
+//! (a sharded dataset's release or release budget), with a decision
 //! row that makes its outcome single: the transaction inserts `(id, 'commit')`
 //! into `dpledger_decisions` first, then one record per shard, each fenced by
 //! that shard's epoch by the `dpledger_fence` trigger. A shard owner that must
@@ -12,8 +12,8 @@
 //! [`DECISIONS_KEPT`] ([`ClusterDb::prune_decisions`]). The cluster's node
 //! secret (`dpledger_node_secret`, the key of the node mark that the
 //! protocol's node-to-node calls carry) is read here too. See
-//! `docs/cluster.md`, "Releases of a sharded dataset" and "Node-to-node
-//! authentication".
+//! `docs/sharding.md`, "The change protocol", and `docs/cluster.md`,
+//! "Node-to-node authentication".
 
 use super::cluster::{ClusterDb, FENCED_SQLSTATE};
 use crate::store::{record_checksum, IdempotencyKey, Record, StoreError};

@@ -1,4 +1,4 @@
-//! The SQL of sharded datasets (issue 26, `docs/cluster.md`): the layout of a
+//! The SQL of sharded datasets (`docs/sharding.md`): the layout of a
 //! sharded dataset (its number of examples, of shards, and the creation's
 //! canonical specification) is one row of `dpledger_shards`, written once
 //! when the dataset is created and never changed; its shards are ordinary

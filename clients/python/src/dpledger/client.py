@@ -492,7 +492,7 @@ class Client:
         if layout is None:
             return self._report_one("report_step", dataset, step, ids, norms,
                                     noise_multiplier, sampling_rate, part, binary)
-        # A sharded dataset (issue 26): split by range, each part straight to
+        # A sharded dataset: split by range, each part straight to
         # its shard's owner, in parallel; the answers merged.
         cut = shards.split(layout, ids, norms)
         if self._pool is None:

@@ -1,4 +1,4 @@
-"""TensorBoard scalars of a training run's privacy (issue 17).
+"""TensorBoard scalars of a training run's privacy.
 
 ``privacy_scalars`` reads what a trainer's token may read (the worst case and the
 latest DP release) and ``write_scalars`` writes them with any writer that has

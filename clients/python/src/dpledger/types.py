@@ -205,7 +205,7 @@ class DatasetConfig:
 
 @dataclass
 class CreateDataset:
-    """A dataset to create; the release fields are optional (issue 6)."""
+    """A dataset to create; the release fields are optional."""
 
     __schema__: ClassVar[str] = "CreateDataset"
     id: str
@@ -217,7 +217,7 @@ class CreateDataset:
     #: Release automatically every N steps.
     release_policy: Optional["ReleasePolicy"] = None
     #: Cluster mode: split into this many contiguous id ranges, each its own
-    #: ledger and lease (issue 26).
+    #: ledger and lease.
     shards: Optional[int] = None
 
 
@@ -309,7 +309,7 @@ class DatasetView:
 @dataclass
 class ShardView:
     """One shard of a sharded dataset: ids ``start`` to ``end - 1``, served by
-    ``owner`` under its own lease (issue 26)."""
+    ``owner`` under its own lease."""
 
     __schema__: ClassVar[str] = "ShardView"
     dataset: str
@@ -599,7 +599,7 @@ class ScheduleResponse:
     stop_epoch: Optional[int] = None
 
 
-# --- releases (issue 6) --------------------------------------------------------
+# --- releases --------------------------------------------------------
 
 
 @dataclass

@@ -1,4 +1,4 @@
-//! TensorBoard scalars of a training run's privacy (issue 17), written without
+//! TensorBoard scalars of a training run's privacy, written without
 //! TensorFlow or libtorch: [`SummaryWriter`] appends `tensorflow.Event` records
 //! ([`event`]) in TFRecord framing ([`record`]) to an `events.out.tfevents.*` file
 //! in a log directory, which TensorBoard reads like tensorboardX's.
