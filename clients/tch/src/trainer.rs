@@ -57,7 +57,9 @@ pub struct DpSgdConfig {
     /// How per-example norms are computed (default per-layer when possible).
     pub norm_method: NormMethod,
     /// Write every accepted report to this file in the `dpledger replay` format
-    /// (only for a dataset at step 0).
+    /// (only for a dataset at step 0). The replay's format has no threshold
+    /// mode: it recomputes the sampled protocol's numbers, so it checks a
+    /// predictable run's served numbers only where both agree.
     pub trace: Option<PathBuf>,
     /// Write the run's privacy scalars (worst-case epsilon, the latest DP mean and
     /// quantiles, share of examples retired; the Python client's tags) to a new
