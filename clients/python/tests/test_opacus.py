@@ -1,12 +1,16 @@
-"""The Opacus integration against the real server: an end-to-end run on
-scikit-learn's digits whose served epsilons equal ``dpledger replay`` of the
-trace the integration wrote, clipping at per-example thresholds, noise
-``sigma * C``, retired examples left out of batches, empty batches, lost
-answers, and ghost clipping."""
+"""The Opacus integration against the real server: runs in the predictable
+mode (the default) that follow the dataset's refresh schedule (full passes and
+round-robin blocks, norms at the current model, no 409), a step before the due
+refresh refused; an end-to-end run on scikit-learn's digits whose served
+epsilons equal ``dpledger replay`` of the trace the integration wrote (the
+replay knows the sampled protocol only, so those runs pin it), clipping at
+per-example thresholds, noise ``sigma * C``, retired examples left out of
+batches, empty batches, lost answers, and ghost clipping."""
 
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import pytest
@@ -16,8 +20,8 @@ from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from dpledger import Client, IndividualBudget, RetryPolicy, TransportFailure
-from dpledger.opacus import GHOST_MARGIN, LedgerRun, make_private
+from dpledger import Client, Conflict, IndividualBudget, RefreshSchedule, RetryPolicy, TransportFailure
+from dpledger.opacus import GHOST_MARGIN, LedgerRun, RefreshDueError, make_private
 
 from conftest import poisson_config, rel
 from test_retries import FlakyTransport
@@ -124,9 +128,11 @@ def test_clipping_at_per_example_thresholds_and_noise(server, admin: Client, new
     data = digits(200)
     C, sigma = 4.0, 0.35
     ds = new_id()
-    admin.create_dataset(ds, poisson_config(200, q=0.25, sigma=sigma, max_grad_norm=C, rounding=0.04))
+    admin.create_dataset(ds, poisson_config(200, q=0.25, sigma=sigma, max_grad_norm=C, rounding=0.04,
+                                            thresholds="predictable",
+                                            refresh=RefreshSchedule(full_every=1000)))
     # Thresholds spread over [0, C] (the initial gradient norms are about 2-3):
-    # a refresh with chosen norms.
+    # the full pass due before step 0, with chosen norms.
     rng = random.Random(3)
     admin.refresh(ds, list(range(200)), [rng.uniform(0.0, 4.5) for _ in range(200)])
     run = LedgerRun(admin, ds)
@@ -241,7 +247,9 @@ def test_empty_batches_and_lost_answers(server, admin: Client, new_id, tmp_path,
 def test_ghost_clipping_agrees_with_grad_sample(server, admin: Client, new_id, tmp_path):
     data = digits(150)
     ds = new_id()
-    admin.create_dataset(ds, poisson_config(150, q=0.3, sigma=1.0, max_grad_norm=1.5))
+    admin.create_dataset(ds, poisson_config(150, q=0.3, sigma=1.0, max_grad_norm=1.5,
+                                            thresholds="predictable",
+                                            refresh=RefreshSchedule(full_every=1000)))
     rng = random.Random(4)
     admin.refresh(ds, list(range(150)), [rng.uniform(0.0, 1.0) for _ in range(150)])
     run_h, run_g = LedgerRun(admin, ds), LedgerRun(admin, ds)
@@ -349,3 +357,129 @@ def test_unconfirmed_report_must_be_confirmed(server, admin: Client, new_id, tmp
     run.report([], [])
     run.close()
     served_equals_replay(server, admin, ds, trace)
+
+
+def bucket(g: float, r: float, C: float) -> float:
+    return min(C, math.ceil(g / r) * r)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_predictable_run_follows_the_schedule(server, admin: Client, new_id, mode):
+    """Many steps with a full pass every 15 steps and a block of 24 before the
+    others: every due refresh is sent before its step with the norms at the
+    model that step starts from, no step is refused, a report moves no
+    threshold, and the run clips at the server's thresholds."""
+    data = digits(240)
+    n, q, e, m, C, r = 240, 0.1, 15, 24, 4.0, 0.04
+    ds = new_id()
+    admin.create_dataset(ds, poisson_config(n, q=q, max_grad_norm=C, rounding=r, thresholds="predictable",
+                                            refresh=RefreshSchedule(full_every=e, block=m)))
+    run = LedgerRun(admin.with_token(server.token("trainer", ds)), ds)
+    assert run.predictable and run.due_ids() == list(range(n))
+    net = model()
+    plain = copy.deepcopy(net)  # before Opacus hooks the layers: the reference norms
+    out = make_private(
+        PrivacyEngine(), run, module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.2),
+        data_loader=data, grad_sample_mode=mode, criterion=nn.CrossEntropyLoss(),
+        sampling_generator=torch.Generator().manual_seed(3),
+    )
+    m_, opt, loader = (out[0], out[1], out[-1])
+    criterion = out[2] if mode == "ghost" else nn.CrossEntropyLoss()
+    sent = []
+    norms_fn = run.norms_fn
+
+    def checked(ids):
+        # The norms at the current model, recomputed one example at a time.
+        plain.load_state_dict({k: v.detach().clone() for k, v in net.state_dict().items()})
+        x, y = data.tensors
+        want = []
+        for i in ids:
+            plain.zero_grad()
+            nn.functional.cross_entropy(plain(x[i:i + 1]), y[i:i + 1]).backward()
+            want.append(math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in plain.parameters())))
+        got = norms_fn(ids)
+        assert torch.allclose(torch.as_tensor(got, dtype=torch.float64),
+                              torch.tensor(want, dtype=torch.float64), rtol=1e-4, atol=1e-6)
+        sent.append((run.next_step, list(ids), [float(g) for g in got]))
+        return got
+
+    run.norms_fn = checked
+    steps = 0
+    for _ in range(4):
+        for x, y in loader:
+            before = run.thresholds.clone()
+            opt.zero_grad()
+            criterion(m_(x), y).backward()
+            opt.step()
+            steps += 1
+            after = run.thresholds
+            assert torch.equal(before, after), "a step report moved a threshold"
+    assert run.next_step == steps == 40
+    # One refresh per step: full passes before 0, 15, 30; blocks (t*m + j) % n between.
+    assert [t for t, _, _ in sent] == list(range(steps))
+    for t, ids, norms in sent:
+        want = list(range(n)) if t % e == 0 else [(t * m + j) % n for j in range(m)]
+        assert ids == want, t
+    assert run.refreshed_examples == sum(len(ids) for _, ids, _ in sent)
+    # The thresholds are the buckets of the last norms sent for each id.
+    last = {}
+    for _, ids, norms in sent:
+        last.update(zip(ids, norms))
+    served = admin.thresholds(ds).thresholds
+    for i, g in last.items():
+        # Within a bucket: the server's rounding only goes up.
+        assert served[i] >= min(g, C) and served[i] == pytest.approx(bucket(g, r, C), abs=r + 1e-9), i
+    # The run clips at the server's thresholds; the numbers are the threshold ledger's.
+    assert run.thresholds.tolist() == served
+    p = admin.example_privacy(ds, 0, delta=DELTA).example
+    assert p.ledger == "threshold"
+    assert admin.get_dataset(ds).status.steps == steps
+
+
+def test_a_step_before_the_due_refresh_is_refused(server, admin: Client, new_id):
+    ds = new_id()
+    admin.create_dataset(ds, poisson_config(20, q=0.2, thresholds="predictable",
+                                            refresh=RefreshSchedule(block=5)))
+    run = LedgerRun(admin, ds)
+    assert run.due_ids() == [0, 1, 2, 3, 4]
+    # The run refuses the step before sending it.
+    with pytest.raises(RefreshDueError, match="5 ids of the round-robin block"):
+        run.report([1], [0.5])
+    assert run.pending is None and run.next_step == 0
+    # Sent anyway, the server refuses it (409) and says why.
+    with pytest.raises(Conflict, match="scheduled refresh"):
+        admin.report_step(ds, 0, [1], [0.5])
+    # A refresh in two parts; the step then goes through, and the next block is due.
+    run.refresh([0, 1, 2], [0.1, 0.2, 0.3])
+    assert run.due_ids() == [3, 4]
+    with pytest.raises(RefreshDueError, match="2 ids"):
+        run.report([1], [0.5])
+    run.refresh([3, 4], [0.4, 0.5])
+    assert run.due_ids() is None
+    run.report([1], [0.9])
+    assert run.thresholds[1].item() == pytest.approx(0.2, abs=0.0101)  # the report moved nothing
+    assert run.due_ids() == [5, 6, 7, 8, 9]
+    # follow_schedule without a norm function refuses; with one, sends the block.
+    with pytest.raises(RefreshDueError, match="no norms_fn"):
+        run.follow_schedule()
+    assert run.follow_schedule(lambda ids: [0.25] * len(ids)) == 5
+    assert run.thresholds[5:10].tolist() == pytest.approx([0.25] * 5, abs=0.0101)
+    # A reopened run reads what is due from the server.
+    assert LedgerRun(admin, ds).due_ids() is None
+    run.report([], [])
+    assert LedgerRun(admin, ds).due_ids() == [10, 11, 12, 13, 14]
+
+
+def test_sampled_mode_has_no_schedule(server, admin: Client, new_id):
+    """The old protocol (kept for its estimates): nothing is due, a report moves
+    a sampled example's threshold, the numbers are labelled estimates."""
+    data = digits(60)
+    ds = new_id()
+    admin.create_dataset(ds, poisson_config(60, q=0.2))
+    run = LedgerRun(admin, ds)
+    assert not run.predictable and run.due_ids() is None
+    train(run, data, epochs=1)
+    assert run.refreshed_examples == 0 and run.next_step == 5
+    assert run.thresholds.tolist() == admin.thresholds(ds).thresholds
+    p = admin.example_privacy(ds, 0, delta=DELTA).example
+    assert p.ledger == "sampled" and p.estimate.kind == "estimate"

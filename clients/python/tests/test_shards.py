@@ -25,7 +25,7 @@ import pytest
 from dpledger import BadRequest, Client, DatasetView, RetryPolicy
 from dpledger.shards import PARTIALLY_APPLIED, ShardLayout, combine, split
 from dpledger.errors import Conflict, ServerError
-from dpledger.types import IndividualBudget, Problem, StepOutcome, to_json
+from dpledger.types import IndividualBudget, Problem, RefreshDue, StepOutcome, to_json
 
 from conftest import binary, poisson_config
 
@@ -60,6 +60,16 @@ def test_answers_merge_and_a_refusal_after_an_applied_part_is_partially_applied(
     assert merged.thresholds == [9.0, 1.0, 2.0, 7.0]
     assert merged.retired == [4, 6, 9]
     assert not merged.duplicate and merged.complete
+    assert merged.refresh_due is None
+    # The full passes due on the shards merge into the dataset's.
+    due = lambda count, received: RefreshDue(before_step=5, full=True, first_id=0, count=count,
+                                             received=received)
+    answers = [answer([1.0], [], False), answer([2.0], [], False), answer([9.0, 7.0], [], False)]
+    for a, d in zip(answers, [due(3, 0), due(3, 3), due(4, 1)]):
+        a.refresh_due = d
+    merged = combine(layout(), cut, 4, None, answers)
+    assert merged.refresh_due == due(10, 4)
+    assert merged.refresh_due.ids(10) == list(range(10))
 
     def refusal(status):
         cls = ServerError if status >= 500 else Conflict

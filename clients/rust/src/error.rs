@@ -85,6 +85,17 @@ pub enum Error {
     /// ledger (e.g. an answer for a step other than the one it expects).
     #[error("threshold mirror out of sync: {0}")]
     Mirror(String),
+    /// A step was about to be sent while the refresh the public schedule calls
+    /// for before it (predictable mode, spec §3.2) had not been sent: the server
+    /// would refuse the step (409), so the session refuses it before sending.
+    /// Send [`crate::TrainingSession::due`]'s ids with their norms first.
+    #[error("step {step} needs the scheduled refresh first: {detail}")]
+    RefreshDue {
+        /// The step that was refused.
+        step: u64,
+        /// What is still due.
+        detail: String,
+    },
     /// Writing the local trace failed.
     #[error("trace: {0}")]
     Trace(#[from] std::io::Error),

@@ -1,12 +1,32 @@
 //! A trainer's view of one dataset: the client, the threshold mirror and the step
 //! counter together, so that every report carries the right step number and every
 //! answer reaches the mirror before the next step is clipped.
+//!
+//! In the predictable mode (spec §3.2) the session also follows the public
+//! refresh schedule: every answer (step, refresh, thresholds read) says which
+//! refresh is due before the next step, [`TrainingSession::due`] lists the ids
+//! still to send (retired ids and ids this session already sent left out), and
+//! a step sent before them is refused here ([`Error::RefreshDue`]) instead of
+//! by the server with a 409 after a round trip. A trainer's loop:
+//!
+//! ```no_run
+//! # async fn run(mut session: dpledger_client::TrainingSession,
+//! #              norms_at_current_model: impl Fn(&[u64]) -> Vec<f64>) -> dpledger_client::Result<()> {
+//! if let Some(ids) = session.due() {
+//!     let norms = norms_at_current_model(&ids); // unclipped, one model state
+//!     session.refresh(&ids, &norms).await?;
+//! }
+//! // ... draw the batch, clip at session.mirror(), then:
+//! session.report(vec![7], vec![0.3]).await?;
+//! # Ok(()) }
+//! ```
 
 use crate::client::{Client, Encoding};
 use crate::error::{Error, Result};
 use crate::mirror::ThresholdMirror;
 use crate::trace::TraceWriter;
-use crate::types::{DatasetConfig, RefreshOutcome, StepOutcome, StepReport};
+use crate::types::{DatasetConfig, RefreshDue, RefreshOutcome, StepOutcome, StepReport};
+use std::collections::HashSet;
 use std::path::Path;
 
 /// The server's limit on thresholds per request.
@@ -21,6 +41,11 @@ pub struct TrainingSession {
     mirror: ThresholdMirror,
     encoding: Encoding,
     trace: Option<TraceWriter>,
+    /// The refresh the server last said is due before the next step.
+    refresh_due: Option<RefreshDue>,
+    /// Ids of `refresh_due` this session sent (accepted) since the server's
+    /// answer that announced it.
+    sent: HashSet<u64>,
 }
 
 impl TrainingSession {
@@ -45,6 +70,7 @@ impl TrainingSession {
         let mut thresholds = Vec::with_capacity(n as usize);
         let mut retired = Vec::new();
         let mut next_step = None;
+        let mut refresh_due = None;
         let mut start = 0;
         while start < n {
             let end = (start + THRESHOLD_PAGE).min(n);
@@ -64,6 +90,7 @@ impl TrainingSession {
             }
             thresholds.extend(page.thresholds);
             retired.extend(page.retired);
+            refresh_due = refresh_due.or(page.refresh_due);
             start = end;
         }
         let mut mirror = ThresholdMirror::from_thresholds(
@@ -79,6 +106,8 @@ impl TrainingSession {
             mirror,
             encoding: Encoding::default(),
             trace: None,
+            refresh_due,
+            sent: HashSet::new(),
         })
     }
 
@@ -125,6 +154,67 @@ impl TrainingSession {
         self.mirror.next_step()
     }
 
+    /// The refresh the server last announced as due before the next step
+    /// (predictable mode; `None` outside it or when the schedule calls for
+    /// nothing), as the server counts it (`received` includes other sessions').
+    pub fn refresh_due(&self) -> Option<&RefreshDue> {
+        self.refresh_due
+            .as_ref()
+            .filter(|d| d.before_step == self.mirror.next_step())
+    }
+
+    /// The ids whose unclipped norms, computed at the current model (the one
+    /// the next step starts from), must be sent with [`Self::refresh`] before
+    /// the next step: the due refresh's ids less retired ones (the server
+    /// excuses them) and less those this session already sent. `None` when
+    /// nothing is due. Ids another process sent before this session opened
+    /// cannot be known here; sending them again is refused (409).
+    pub fn due(&self) -> Option<Vec<u64>> {
+        let due = self.refresh_due()?;
+        if due.received >= due.count {
+            return None;
+        }
+        let ids: Vec<u64> = due
+            .ids(self.config.examples)
+            .into_iter()
+            .filter(|&i| !self.mirror.is_retired(i) && !self.sent.contains(&i))
+            .collect();
+        (!ids.is_empty()).then_some(ids)
+    }
+
+    /// Refuse a step while a refresh is due (what the server would refuse).
+    fn check_nothing_due(&self, step: u64) -> Result<()> {
+        if let Some(ids) = self.due() {
+            let due = self.refresh_due().expect("due ids come from a due refresh");
+            return Err(Error::RefreshDue {
+                step,
+                detail: format!(
+                    "{} of the {} ids of the {} due before it not sent yet (first {}); send                      their norms at the current model with refresh() first",
+                    ids.len(),
+                    due.count,
+                    if due.full {
+                        "full pass"
+                    } else {
+                        "round-robin block"
+                    },
+                    ids[0]
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn note_due(&mut self, due: Option<RefreshDue>) {
+        let same = matches!(
+            (&self.refresh_due, &due),
+            (Some(a), Some(b)) if a.before_step == b.before_step
+        );
+        if !same {
+            self.sent.clear();
+        }
+        self.refresh_due = due;
+    }
+
     /// Report the next step: the sampled ids and their *unclipped* norms. On
     /// success the mirror holds the thresholds for the following step. On error
     /// (after the client's retries) nothing is applied locally; the step may or may
@@ -149,21 +239,34 @@ impl TrainingSession {
                 }
             )));
         }
+        self.check_nothing_due(report.step)?;
         let outcome = self
             .client
             .report_step_with(&self.dataset, report, self.encoding)
             .await?;
         self.mirror.apply_step(&report.ids, &outcome)?;
+        if outcome.complete {
+            self.note_due(outcome.refresh_due.clone());
+        }
         if let Some(trace) = &mut self.trace {
             trace.step(report)?;
         }
         Ok(outcome)
     }
 
-    /// Full-batch refresh: new thresholds from the next step on, no charge.
+    /// Refresh: the unclipped norms of `ids`, all at one model state (the
+    /// model before the next step), set their thresholds from the next step on,
+    /// charging nothing. In the predictable mode only the ids of [`Self::due`]
+    /// are taken (in one or several calls); in the sampled mode any ids, at any
+    /// time.
     pub async fn refresh(&mut self, ids: &[u64], norms: &[f64]) -> Result<RefreshOutcome> {
         let outcome = self.client.refresh(&self.dataset, ids, norms).await?;
         self.mirror.apply_refresh(ids, &outcome)?;
+        let before = outcome.refresh_due.as_ref().map(|d| d.before_step);
+        self.note_due(outcome.refresh_due.clone());
+        if before == Some(self.mirror.next_step()) {
+            self.sent.extend(ids.iter().copied());
+        }
         if let Some(trace) = &mut self.trace {
             trace.refresh(ids, norms)?;
         }

@@ -10,13 +10,23 @@
 //!     --url http://127.0.0.1:8080 --token "$(cat /tmp/dpl/admin.token)" --data target/digits.csv
 //! ```
 //!
+//! The dataset follows the server's default, predictable thresholds, with a
+//! public refresh schedule: a round-robin block of `--block M` ids before every
+//! step (default: the expected batch size; `0` for none) and, with
+//! `--full-every E`, a full pass every `E` steps. The trainer computes the due
+//! ids' norms at the current model before each step and sends them; the summary
+//! says how long that took next to the steps themselves. `--sampled` creates the
+//! dataset in the old protocol instead (refresh with `--refresh-every K`;
+//! per-example numbers are estimates).
+//!
 //! The token must be allowed to create datasets (admin), unless `--dataset` names an
 //! existing dataset with the matching configuration, which a trainer token can train.
 
-use dpledger_client::{Client, DatasetConfig, PrivacyQuery};
+use dpledger_client::{Client, DatasetConfig, PrivacyQuery, RefreshSchedule};
 use dpledger_tch::{accuracy, Activation, DpSgd, DpSgdConfig, Examples, Mlp};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use tch::nn::{self, OptimizerConfig};
 
 struct Args {
@@ -32,6 +42,9 @@ struct Args {
     lr: f64,
     delta: f64,
     refresh_every: Option<u64>,
+    sampled: bool,
+    block: Option<u64>,
+    full_every: Option<u64>,
     seed: Option<u64>,
     tensorboard: Option<PathBuf>,
 }
@@ -39,7 +52,7 @@ struct Args {
 const USAGE: &str =
     "usage: digits --url URL --token TOKEN [--data target/digits.csv] [--dataset ID] \
 [--existing] [--epochs 20] [--batch 64] [--sigma 1.0] [--clip 1.0] [--lr 2.0] [--delta 1e-5] \
-[--refresh-every 0] [--seed N] [--tensorboard LOGDIR]   (URL and TOKEN also from DPLEDGER_URL, DPLEDGER_TOKEN)";
+[--block M (default: the batch; 0: none)] [--full-every E] [--sampled [--refresh-every K]] [--seed N] [--tensorboard LOGDIR]   (URL and TOKEN also from DPLEDGER_URL, DPLEDGER_TOKEN)";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -55,6 +68,9 @@ fn parse_args() -> Result<Args, String> {
         lr: 2.0,
         delta: 1e-5,
         refresh_every: None,
+        sampled: false,
+        block: None,
+        full_every: None,
         seed: None,
         tensorboard: None,
     };
@@ -62,6 +78,10 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         if flag == "--existing" {
             a.create = false;
+            continue;
+        }
+        if flag == "--sampled" {
+            a.sampled = true;
             continue;
         }
         if flag == "--help" || flag == "-h" {
@@ -82,6 +102,8 @@ fn parse_args() -> Result<Args, String> {
             "--lr" => a.lr = num(&value)?,
             "--delta" => a.delta = num(&value)?,
             "--refresh-every" => a.refresh_every = Some(int(&value)?).filter(|&k| k > 0),
+            "--block" => a.block = Some(int(&value)?),
+            "--full-every" => a.full_every = Some(int(&value)?).filter(|&e| e > 0),
             "--seed" => a.seed = Some(int(&value)?),
             "--tensorboard" => a.tensorboard = Some(PathBuf::from(value)),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -123,9 +145,25 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     if args.create {
         let mut config = DatasetConfig::poisson(n, args.clip, args.sigma, q, args.delta);
-        // The trainer refreshes when it likes (--refresh-every) and moves
-        // thresholds with its reports: the sampled protocol, estimates only.
-        config.thresholds = Some(dpledger_client::ThresholdMode::Sampled);
+        if args.sampled {
+            // The trainer refreshes when it likes (--refresh-every) and moves
+            // thresholds with its reports: the sampled protocol, estimates only.
+            config.thresholds = Some(dpledger_client::ThresholdMode::Sampled);
+        } else {
+            // Predictable thresholds (the default) on a public schedule.
+            let block = args.block.unwrap_or((q * n as f64).round() as u64);
+            config.refresh = Some(RefreshSchedule {
+                full_every: args.full_every,
+                block: Some(block).filter(|&m| m > 0),
+            });
+            config.planned_steps = Some(args.epochs * (1.0 / q).round().max(1.0) as u64);
+            println!(
+                "predictable thresholds, refresh schedule: block {block}{}",
+                args.full_every
+                    .map(|e| format!(", full pass every {e} steps"))
+                    .unwrap_or_default()
+            );
+        }
         runtime.block_on(client.create_dataset(&id, &config))?;
     }
     println!(
@@ -156,6 +194,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let model = Mlp::new(&vs.root(), &[train.features(), 64, 10], Activation::Tanh);
     let mut opt = nn::Sgd::default().build(&vs, args.lr)?;
     let per_epoch = trainer.steps_per_epoch();
+    let (mut step_time, mut refresh_time) = (Duration::ZERO, Duration::ZERO);
+    let mut refreshed = 0;
     for epoch in 0..args.epochs {
         let (mut loss, mut batches, mut clipped, mut sampled) = (0.0, 0, 0, 0);
         for _ in 0..per_epoch {
@@ -166,6 +206,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
             clipped += stats.clipped;
             sampled += stats.batch_size;
+            step_time += stats.step_time;
+            refresh_time += stats.refresh_time;
+            refreshed += stats.refreshed_examples;
         }
         println!(
             "epoch {:>2}: loss {:.3}, clipped {:>4.1}% of sampled, train accuracy {:.3}",
@@ -176,6 +219,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let steps = trainer.session().next_step();
+    let per_step = |d: Duration| 1e3 * d.as_secs_f64() / steps.max(1) as f64;
+    println!(
+        "time per step: {:.2} ms in steps, {:.2} ms in refreshes ({:.1} examples' norms per \
+         step): refreshes add {:.1}%",
+        per_step(step_time),
+        per_step(refresh_time),
+        refreshed as f64 / steps.max(1) as f64,
+        100.0 * refresh_time.as_secs_f64() / step_time.as_secs_f64().max(1e-12)
+    );
     if let Some(file) = trainer.tensorboard_file() {
         println!("TensorBoard scalars: {}", file.display());
     }
@@ -183,10 +235,20 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let worst = runtime.block_on(client.worst_case(&id, PrivacyQuery::at_delta(args.delta)))?;
     let mut epsilons = Vec::with_capacity(n as usize);
+    let mut label = "estimate";
     for i in 0..n {
         let p =
             runtime.block_on(client.example_privacy(&id, i, PrivacyQuery::at_delta(args.delta)))?;
-        epsilons.push(p.example.epsilon);
+        // The per-example number: the ex-post bound (predictable thresholds)
+        // or the ledger's estimate (sampled protocol); each example's
+        // guarantee is the worst case here (no individual budget).
+        let part = p.example.ex_post.as_ref().unwrap_or(&p.example.estimate);
+        label = if p.example.ex_post.is_some() {
+            "ex-post bound"
+        } else {
+            "estimate"
+        };
+        epsilons.push(part.epsilon);
     }
     epsilons.sort_by(f64::total_cmp);
     let at_worst = epsilons
@@ -203,7 +265,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         worst.epsilon, args.delta
     );
     println!(
-        "per-example epsilon: min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}",
+        "per-example epsilon ({label}): min {:.3}, q25 {:.3}, median {:.3}, q75 {:.3}, max {:.3}",
         epsilons[0],
         quantile(&epsilons, 0.25),
         quantile(&epsilons, 0.5),

@@ -3,6 +3,12 @@
 //! deviation `noise_multiplier * C`, one step report per step.
 //!
 //! One step, in this order:
+//! 0. in the predictable mode (the server's default), when the dataset's public
+//!    refresh schedule calls for a refresh before this step (a full pass and/or
+//!    a round-robin block), compute the due examples' unclipped norms at the
+//!    current model, in chunks, and send them (spec §3.2): the server refuses
+//!    the step until they arrived, and only a refresh moves a threshold; in the
+//!    sampled mode, a full refresh every `refresh_every` steps instead;
 //! 1. draw a Poisson batch (retired examples are left out);
 //! 2. read each sampled example's threshold from the mirror (the ledger's current
 //!    thresholds);
@@ -23,19 +29,24 @@ use crate::grad::{clip_factors, per_example_norms, per_layer_norms, reported_nor
 use crate::model::DpModule;
 use crate::sampler::poisson_batch;
 use dpledger_client::tensorboard::{privacy_scalars, SummaryWriter};
-use dpledger_client::{Client, Encoding, RefreshOutcome, Sampling, StepOutcome, TrainingSession};
+use dpledger_client::{
+    Client, Encoding, RefreshOutcome, Sampling, StepOutcome, ThresholdMode, TrainingSession,
+};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 use tch::nn::Optimizer;
 use tch::{Kind, Reduction, Tensor};
 
 /// Options of a [`DpSgd`] trainer.
 #[derive(Debug, Clone, Default)]
 pub struct DpSgdConfig {
-    /// Refresh every example's threshold from full-batch norms every this many
-    /// steps (before steps k, 2k, ...); `None` never.
+    /// Sampled mode only: refresh every example's threshold from full-batch
+    /// norms every this many steps (before steps k, 2k, ...); `None` never. A
+    /// predictable dataset refreshes on the schedule it declared at creation,
+    /// so setting this for one is refused.
     pub refresh_every: Option<u64>,
     /// Seed of batch sampling and noise. `None` (the default) seeds both from the
     /// operating system; a fixed seed makes the noise predictable, so use one only
@@ -46,7 +57,9 @@ pub struct DpSgdConfig {
     /// How per-example norms are computed (default per-layer when possible).
     pub norm_method: NormMethod,
     /// Write every accepted report to this file in the `dpledger replay` format
-    /// (only for a dataset at step 0).
+    /// (only for a dataset at step 0). The replay's format has no threshold
+    /// mode: it recomputes the sampled protocol's numbers, so it checks a
+    /// predictable run's served numbers only where both agree.
     pub trace: Option<PathBuf>,
     /// Write the run's privacy scalars (worst-case epsilon, the latest DP mean and
     /// quantiles, share of examples retired; the Python client's tags) to a new
@@ -71,8 +84,16 @@ pub struct StepStats {
     pub clipped: usize,
     /// True when the ledger answered the report as a retry of an applied step.
     pub duplicate: bool,
-    /// Whether a full-batch refresh ran before this step.
+    /// Whether a refresh (full, or the scheduled block) ran before this step.
     pub refreshed: bool,
+    /// Examples whose norms that refresh computed and sent.
+    pub refreshed_examples: usize,
+    /// Time that refresh took (norms at the current model and the request):
+    /// what following the schedule adds to the step.
+    pub refresh_time: Duration,
+    /// Time of the step proper (batch, norms, report, update), without the
+    /// refresh and the TensorBoard scalars.
+    pub step_time: Duration,
 }
 
 /// A DP-SGD trainer bound to one dpledger dataset. Blocking: it drives the async
@@ -133,6 +154,15 @@ impl DpSgd {
         }
         if config.refresh_every == Some(0) {
             return Err(Error::Config("refresh_every must be at least 1".into()));
+        }
+        let predictable = ledger.thresholds == Some(ThresholdMode::Predictable)
+            && ledger.clipping == dpledger_client::Clipping::PerExample;
+        if predictable && config.refresh_every.is_some() {
+            return Err(Error::Config(format!(
+                "dataset {dataset:?} has predictable thresholds: it refreshes on the schedule \
+                 declared at creation (\"refresh\": {{\"full_every\": E, \"block\": m}}), \
+                 not every refresh_every steps"
+            )));
         }
         if config.tensorboard_every == Some(0) {
             return Err(Error::Config("tensorboard_every must be at least 1".into()));
@@ -245,22 +275,47 @@ impl DpSgd {
         Ok(())
     }
 
-    /// Full-batch refresh: every non-retired example's current norm sets its
-    /// threshold from the next step on (charges nothing). Computed in chunks.
+    /// Full-batch refresh (sampled mode): every non-retired example's current
+    /// norm sets its threshold from the next step on (charges nothing).
+    /// Computed in chunks. A predictable dataset refuses it unless a full pass
+    /// is due; use [`Self::refresh_due`] there.
     pub fn refresh<M: DpModule>(&mut self, model: &M, data: &Examples) -> Result<RefreshOutcome> {
         self.check_data(data)?;
-        let params = model.parameters();
         let mirror = self.session.mirror();
         let ids: Vec<u64> = (0..self.examples)
             .filter(|&i| !mirror.is_retired(i))
             .collect();
+        self.refresh_ids(model, data, &ids)
+    }
+
+    /// The refresh the schedule calls for before the next step (predictable
+    /// mode): the due ids' unclipped norms at the current model, computed in
+    /// chunks and sent. Returns how many examples it sent; 0 when nothing is
+    /// due (or outside the predictable mode). [`Self::step`] calls it.
+    pub fn refresh_due<M: DpModule>(&mut self, model: &M, data: &Examples) -> Result<usize> {
+        self.check_data(data)?;
+        let Some(ids) = self.session.due() else {
+            return Ok(0);
+        };
+        self.refresh_ids(model, data, &ids)?;
+        Ok(ids.len())
+    }
+
+    /// Norms of `ids` at the current model (chunks of 256), sent as one refresh.
+    fn refresh_ids<M: DpModule>(
+        &mut self,
+        model: &M,
+        data: &Examples,
+        ids: &[u64],
+    ) -> Result<RefreshOutcome> {
+        let params = model.parameters();
         let mut norms = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(256) {
             let batch = on_device(data.select(chunk), &params);
             let (_, n) = self.norms(model, &batch, &params)?;
             norms.extend(n.into_iter().map(reported_norm));
         }
-        let outcome = self.runtime.block_on(self.session.refresh(&ids, &norms))?;
+        let outcome = self.runtime.block_on(self.session.refresh(ids, &norms))?;
         Ok(outcome)
     }
 
@@ -272,18 +327,20 @@ impl DpSgd {
         data: &Examples,
     ) -> Result<StepStats> {
         self.check_data(data)?;
-        let refreshed = match self.refresh_every {
+        let started = Instant::now();
+        let refreshed_examples = match self.refresh_every {
             Some(k) => {
                 let t = self.session.next_step();
                 if t > 0 && t % k == 0 {
-                    self.refresh(model, data)?;
-                    true
+                    self.refresh(model, data)?.thresholds.len()
                 } else {
-                    false
+                    0
                 }
             }
-            None => false,
+            None => self.refresh_due(model, data)?,
         };
+        let refresh_time = started.elapsed();
+        let started = Instant::now();
         let params = model.parameters();
         // 1. Poisson batch.
         let mirror = self.session.mirror();
@@ -315,6 +372,7 @@ impl DpSgd {
         self.check_optimizer(opt, &params)?;
         self.add_noise(&params)?;
         opt.step();
+        let step_time = started.elapsed();
         let applied = self.session.next_step();
         if self.tensorboard.is_some() && applied % self.tensorboard_every == 0 {
             self.log_tensorboard()
@@ -326,7 +384,10 @@ impl DpSgd {
             mean_loss,
             clipped,
             duplicate: outcome.duplicate,
-            refreshed,
+            refreshed: refreshed_examples > 0,
+            refreshed_examples,
+            refresh_time,
+            step_time,
         })
     }
 

@@ -19,6 +19,17 @@ clipping, criterion) and data loader that
 * add Gaussian noise of standard deviation ``noise_multiplier * C``, ``C`` the
   dataset's ``max_grad_norm``, to the sum of clipped gradients (spec §1).
 
+In the predictable mode (the server's default) thresholds change only at the
+refreshes of the dataset's public schedule (a full pass every ``E`` steps and/or
+a round-robin block of ``m`` ids before every step, declared at creation): the
+sampler, before it draws each batch, asks :class:`LedgerRun` which ids are due,
+computes their UNCLIPPED per-sample gradient norms at the current model (one
+model state: the one the step starts from; :func:`per_sample_norms`, in chunks,
+with ``torch.func`` on a hook-free copy of the module's structure that uses the
+live parameters) and sends the refresh before the step. A step report never
+moves a threshold there. In the sampled mode (the old protocol) nothing is
+refreshed unless the caller does.
+
 The engine's own accountant is attached with the dataset's sampling rate, so
 ``privacy_engine.get_epsilon(delta)`` is Opacus' worst case for the same run.
 
@@ -37,8 +48,10 @@ Typical use::
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, IO, List, Optional, Sequence, Tuple, Union
 
@@ -57,7 +70,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from .client import Client
 from .errors import ApiError, ServerError
-from .types import DatasetConfig, PoissonSampling, StepOutcome
+from .types import DatasetConfig, PoissonSampling, RefreshDue, StepOutcome
 
 __all__ = [
     "LedgerRun",
@@ -68,7 +81,9 @@ __all__ = [
     "LedgerGhostModule",
     "LedgerGhostOptimizer",
     "ClipRecord",
+    "RefreshDueError",
     "clip_factors",
+    "per_sample_norms",
     "make_private",
     "CLIP_MARGIN",
     "GHOST_MARGIN",
@@ -98,6 +113,56 @@ def clip_factors(norms: torch.Tensor, thresholds: torch.Tensor, margin: float = 
     factors[over] = limit[over] / norms[over]
     factors[thresholds <= 0] = 0.0
     return factors
+
+
+class RefreshDueError(RuntimeError):
+    """A step was about to be reported while the refresh the public schedule
+    calls for before it had not been sent: the server would refuse it (409), so
+    the run refuses it first. Send :meth:`LedgerRun.due_ids`' norms with
+    :meth:`LedgerRun.refresh` (or :meth:`LedgerRun.follow_schedule`) first."""
+
+
+def per_sample_norms(
+    module: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    params: Optional[Dict[str, torch.Tensor]] = None,
+    chunk: int = 256,
+) -> torch.Tensor:
+    """The UNCLIPPED gradient norm of each example's loss (float64, on the CPU),
+    all at the module's current parameters: ``torch.func.vmap`` of
+    ``torch.func.grad`` over chunks of ``chunk`` examples. ``loss_fn(output,
+    target)`` is the loss of ONE example (a batch of one). ``params`` (names as
+    ``module.named_parameters()``) replace the module's own, so a hook-free copy
+    of a module can compute the norms of the live one without touching its
+    ``.grad`` or Opacus' hooks. Only parameters that require a gradient count,
+    as in training."""
+    from torch.func import functional_call, grad, vmap
+
+    if params is None:
+        params = dict(module.named_parameters())
+    trainable = {k: v.detach() for k, v in params.items() if v.requires_grad}
+    frozen = {k: v.detach() for k, v in params.items() if not v.requires_grad}
+    buffers = {k: v.detach() for k, v in module.named_buffers()}
+    device = next(iter(trainable.values())).device if trainable else inputs.device
+
+    def loss_one(p: Dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = functional_call(module, ({**p, **frozen}, buffers), (x.unsqueeze(0),))
+        return loss_fn(out, y.unsqueeze(0))
+
+    per_example = vmap(grad(loss_one), in_dims=(None, 0, 0))
+    norms = []
+    for start in range(0, len(inputs), chunk):
+        x = inputs[start : start + chunk].to(device)
+        y = targets[start : start + chunk].to(device)
+        grads = per_example(trainable, x, y)
+        squares = [g.reshape(len(x), -1).to(torch.float64).pow(2).sum(1) for g in grads.values()]
+        norms.append(torch.stack(squares, 1).sum(1).sqrt().cpu())
+    if not norms:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.cat(norms)
 
 
 class LedgerRun:
@@ -136,6 +201,7 @@ class LedgerRun:
         self.sample_rate = float(self.config.sampling.rate)
         self.thresholds = torch.empty(self.examples, dtype=torch.float64)
         next_step = None
+        first_due: Optional[RefreshDue] = None
         resumed_retired: List[int] = []
         for start in range(0, self.examples, _THRESHOLD_PAGE):
             end = min(self.examples, start + _THRESHOLD_PAGE)
@@ -145,7 +211,20 @@ class LedgerRun:
             next_step = page.next_step
             self.thresholds[start:end] = torch.tensor(page.thresholds, dtype=torch.float64)
             resumed_retired.extend(page.retired)
+            first_due = first_due or page.refresh_due
         self.next_step: int = int(next_step or 0)
+        #: Whether thresholds are predictable (a public refresh schedule moves
+        #: them, never a step report): the default of new datasets.
+        self.predictable = self.config.thresholds == "predictable" and self.config.clipping == "per_example"
+        #: The refresh the server last announced as due before the next step.
+        self.refresh_due: Optional[RefreshDue] = first_due
+        self._sent: set = set()
+        #: ``ids -> norms`` at the current model; :meth:`follow_schedule` calls
+        #: it (:func:`make_private` sets it to :func:`per_sample_norms`).
+        self.norms_fn: Optional[Callable[[List[int]], Sequence[float]]] = None
+        #: Time spent in scheduled refreshes (norms and request), and examples sent.
+        self.refresh_seconds = 0.0
+        self.refreshed_examples = 0
         #: Examples the server announced as retired (threshold 0; never sampled).
         self.retired = torch.zeros(self.examples, dtype=torch.bool)
         if resumed_retired:
@@ -216,6 +295,42 @@ class LedgerRun:
         mask &= ~self.retired
         return mask.nonzero().flatten()
 
+    def due_ids(self) -> Optional[List[int]]:
+        """The ids whose unclipped norms, at the current model, must be sent
+        with :meth:`refresh` before the next step (predictable mode): the due
+        refresh's ids less retired ones (the server excuses them) and less
+        those this run already sent. ``None`` when nothing is due."""
+        due = self.refresh_due
+        if due is None or due.before_step != self.next_step or due.received >= due.count:
+            return None
+        ids = [i for i in due.ids(self.examples) if not self.retired[i] and i not in self._sent]
+        return ids or None
+
+    def follow_schedule(self, norms_fn: Optional[Callable[[List[int]], Sequence[float]]] = None) -> int:
+        """Send the refresh due before the next step, if any: ``norms_fn(ids)``
+        (default :attr:`norms_fn`) must return their UNCLIPPED norms at the
+        current model. Returns how many examples were sent (0: nothing due)."""
+        ids = self.due_ids()
+        if ids is None:
+            return 0
+        fn = norms_fn or self.norms_fn
+        if fn is None:
+            raise RefreshDueError(
+                f"a refresh of {len(ids)} ids is due before step {self.next_step} and no norms_fn "
+                "computes their norms"
+            )
+        started = time.perf_counter()
+        norms = fn(ids)
+        self.refresh(ids, norms)
+        self.refresh_seconds += time.perf_counter() - started
+        self.refreshed_examples += len(ids)
+        return len(ids)
+
+    def _note_due(self, due: Optional[RefreshDue]) -> None:
+        if self.refresh_due is None or due is None or due.before_step != self.refresh_due.before_step:
+            self._sent = set()
+        self.refresh_due = due
+
     def report(self, ids: Sequence[int], norms: Sequence[float]) -> StepOutcome:
         """Report the next step (ids and UNCLIPPED norms) and apply the answer:
         new thresholds for the reported ids, retirements. Raises when the server
@@ -226,6 +341,14 @@ class LedgerRun:
             raise RuntimeError(
                 f"step {self.pending[0]} was sent but never confirmed: call confirm_pending() "
                 "(the server answers it as a duplicate if it was applied)"
+            )
+        due = self.due_ids()
+        if due is not None:
+            kind = "full pass" if self.refresh_due and self.refresh_due.full else "round-robin block"
+            raise RefreshDueError(
+                f"step {self.next_step} needs the scheduled refresh first: {len(due)} ids of the "
+                f"{kind} due before it not sent yet (first {due[0]}); send their norms at the "
+                "current model with refresh() (or follow_schedule()) first"
             )
         ids_list = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
         norms_list = [float(g) for g in (norms.tolist() if hasattr(norms, "tolist") else norms)]
@@ -262,15 +385,22 @@ class LedgerRun:
         if self.history is not None:
             self.history.append((step, ids_list))
         self.next_step = step + 1
+        self._note_due(outcome.refresh_due)
         return outcome
 
     def refresh(self, ids: Sequence[int], norms: Sequence[float]):
-        """Full-batch norms (no charge): new thresholds from the next step on."""
+        """Unclipped norms of ``ids``, all at one model state (the one the next
+        step starts from), set their thresholds from the next step on, charging
+        nothing. In the predictable mode only the ids of :meth:`due_ids` are
+        taken (in one or several calls); in the sampled mode any, at any time."""
         ids_list = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
         norms_list = [float(g) for g in (norms.tolist() if hasattr(norms, "tolist") else norms)]
         outcome = self.client.refresh(self.dataset, ids_list, norms_list)
         self._apply(ids_list, outcome.thresholds, outcome.retired, outcome.effective_step)
         self._write({"refresh": {"ids": ids_list, "norms": norms_list}})
+        self._note_due(outcome.refresh_due)
+        if outcome.refresh_due is not None and outcome.refresh_due.before_step == self.next_step:
+            self._sent.update(ids_list)
         return outcome
 
     def log_tensorboard(self, writer: Any, step: Optional[int] = None) -> Dict[str, float]:
@@ -345,6 +475,10 @@ class LedgerPoissonSampler:
 
     def __iter__(self):
         for _ in range(self.steps):
+            # The scheduled refresh first: it may retire examples, and its norms
+            # must be computed at the model this step starts from.
+            if self.run.norms_fn is not None:
+                self.run.follow_schedule()
             yield self.run.sample(self.generator).tolist()
 
 
@@ -556,13 +690,24 @@ def make_private(
     steps_per_epoch: Optional[int] = None,
     noise_generator: Optional[torch.Generator] = None,
     sampling_generator: Optional[torch.Generator] = None,
+    refresh_loss: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+    refresh_norms: Optional[Callable[[List[int]], Sequence[float]]] = None,
+    refresh_chunk: int = 256,
 ):
     """Like ``PrivacyEngine.make_private``, with dpledger's per-example
     thresholds. The noise multiplier, ``C`` and the sampling rate are the
     dataset's. Returns ``(module, optimizer, data_loader)``, or with
     ``grad_sample_mode="ghost"`` ``(module, optimizer, criterion, data_loader)``;
     iterate the returned loader (it yields the original items without ids), one
-    ``optimizer.step()`` per batch."""
+    ``optimizer.step()`` per batch.
+
+    In the predictable mode the loader sends the scheduled refresh before each
+    step: the due examples' norms at the current model, by default
+    :func:`per_sample_norms` of ``refresh_loss`` (default ``criterion``, else
+    cross-entropy) on items ``(input, target)`` of the dataset, in chunks of
+    ``refresh_chunk`` (it keeps a hook-free copy of the module's structure for
+    that). ``refresh_norms(ids) -> norms`` replaces it for other items or
+    losses."""
     if grad_sample_mode not in ("hooks", "ghost"):
         raise ValueError(f"grad_sample_mode must be 'hooks' or 'ghost', got {grad_sample_mode!r}")
     model_parameters = set(module.parameters())
@@ -586,6 +731,22 @@ def make_private(
         raise ValueError(
             f"the dataset has {len(dataset)} examples but the ledger {run.dataset!r} has {run.examples}"  # type: ignore[arg-type]
         )
+    if run.predictable and refresh_norms is None:
+        # Before Opacus registers its hooks on the module's layers: a copy
+        # without them, evaluated at the live parameters.
+        structure = copy.deepcopy(module)
+        loss = refresh_loss or criterion or torch.nn.CrossEntropyLoss()
+        collate = collate_fn or default_collate
+
+        def scheduled_norms(ids: List[int]) -> torch.Tensor:
+            items = collate([dataset[i] for i in ids])  # type: ignore[index]
+            return per_sample_norms(
+                structure, loss, items[0], items[1],
+                params=dict(module.named_parameters()), chunk=refresh_chunk,
+            )
+
+        refresh_norms = scheduled_norms
+    run.norms_fn = refresh_norms
     context = _BatchContext()
     C = run.max_grad_norm
     common = dict(

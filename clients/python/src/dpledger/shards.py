@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .errors import ApiError, BadRequest, Conflict
-from .types import DatasetView, Part, Problem, StepOutcome
+from .types import DatasetView, Part, Problem, RefreshDue, StepOutcome
 
 __all__ = ["PARTIALLY_APPLIED", "ShardLayout", "SplitReport", "split", "merge", "combine",
            "dataset_detail"]
@@ -128,6 +128,23 @@ def merge(layout: ShardLayout, split_report: SplitReport, step: int, part: Optio
         thresholds=thresholds,
         retired=retired,
         part=part,
+        refresh_due=merge_due(answers),
+    )
+
+
+def merge_due(answers: Sequence[StepOutcome]) -> Optional[RefreshDue]:
+    """The refresh due on the shards, as the dataset's (a sharded dataset
+    schedules full passes only, so the union of the shards' due sets is ids
+    ``0..count``), as the server's and the Rust client's merge."""
+    dues = [a.refresh_due for a in answers if a.refresh_due is not None]
+    if not dues:
+        return None
+    return RefreshDue(
+        before_step=max(d.before_step for d in dues),
+        full=all(d.full for d in dues),
+        first_id=0,
+        count=sum(d.count for d in dues),
+        received=sum(d.received for d in dues),
     )
 
 
