@@ -6,7 +6,8 @@ use dpledger::accounting::grid::BucketGrid;
 use dpledger::accounting::sgm::{gaussian_rdp, sgm_rdp};
 use dpledger::ledger::{
     replay, Clipping, DatasetConfig, ErrorKind, IndividualBudget, Ledger, LedgerError, LedgerKind,
-    Part, PrivacyKind, Sampling, StepReport, FILTER_MARGIN, RETRY_WINDOW,
+    Part, PrivacyKind, RefreshSchedule, Sampling, StepReport, ThresholdMode, FILTER_MARGIN,
+    RETRY_WINDOW,
 };
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
@@ -1795,4 +1796,58 @@ fn retried_parts_of_an_applied_step_carry_its_retirements() {
         retirements > 0,
         "the traces retired nobody: the test proves nothing"
     );
+}
+
+/// A trace that names the predictable protocol and its schedule replays in
+/// it: the refreshes must follow the schedule, steps never move thresholds,
+/// and every example is served its ex-post bound, as the live ledger does.
+#[test]
+fn replay_follows_a_predictable_traces_schedule() {
+    let header = r#"{"dataset": {"examples": 4, "max_grad_norm": 1.0, "rounding": 0.1, "noise_multiplier": 1.0, "sampling_rate": 0.5, "thresholds": "predictable", "refresh": {"block": 2}}}"#;
+    let lines = [
+        header,
+        r#"{"refresh": {"ids": [0, 1], "norms": [0.2, 0.3]}}"#,
+        r#"{"step": 0, "ids": [0, 2], "norms": [0.0, 5.0]}"#,
+        r#"{"refresh": {"ids": [2, 3], "norms": [0.1, 0.9]}}"#,
+        r#"{"step": 1, "ids": [1], "norms": [0.0]}"#,
+    ];
+    let report = replay(lines.join("\n").as_bytes(), DELTA, Conversion::Improved).unwrap();
+    let mut config = DatasetConfig {
+        rounding: Some(0.1),
+        thresholds: Some(ThresholdMode::Predictable),
+        refresh: Some(RefreshSchedule {
+            full_every: None,
+            block: Some(2),
+        }),
+        ..DatasetConfig::poisson(4, 1.0, 1.0, 0.5, DELTA)
+    };
+    config = config.with_creation_defaults().unwrap();
+    let mut ledger = Ledger::new(config).unwrap();
+    ledger.refresh(&[0, 1], &[0.2, 0.3]).unwrap();
+    ledger
+        .step(&StepReport::new(0, vec![0, 2], vec![0.0, 5.0]))
+        .unwrap();
+    ledger.refresh(&[2, 3], &[0.1, 0.9]).unwrap();
+    ledger
+        .step(&StepReport::new(1, vec![1], vec![0.0]))
+        .unwrap();
+    assert_eq!(report.steps, 2);
+    for e in &report.examples {
+        let live = ledger.privacy(e.id, DELTA, Conversion::Improved).unwrap();
+        assert_eq!(live.ledger, LedgerKind::Threshold);
+        assert!(e.ex_post.is_some(), "example {}: no ex-post bound", e.id);
+        assert_eq!(e.ex_post, live.ex_post, "example {}", e.id);
+        assert_eq!(e.estimate, live.estimate, "example {}", e.id);
+    }
+    // A step before the refresh due is refused, naming the line.
+    let early = [header, r#"{"step": 0, "ids": [], "norms": []}"#].join("\n");
+    let e = replay(early.as_bytes(), DELTA, Conversion::Improved).unwrap_err();
+    assert_eq!(e.line, 2, "{e}");
+    // Without "thresholds" the same header replays in the sampled protocol.
+    let sampled = header.replace(
+        r#", "thresholds": "predictable", "refresh": {"block": 2}"#,
+        "",
+    );
+    let report = replay(sampled.as_bytes(), DELTA, Conversion::Improved).unwrap();
+    assert!(report.examples.iter().all(|e| e.ex_post.is_none()));
 }

@@ -3,7 +3,10 @@
 //!
 //! ```text
 //! {"dataset": {"examples": n, "max_grad_norm": C, "rounding": r, "noise_multiplier": s,
-//!              "sampling_rate": q, "orders": [...]}}          <- line 1; orders optional
+//!              "sampling_rate": q, "orders": [...]}}          <- line 1; orders optional;
+//!   optional "thresholds": "predictable" | "sampled" (absent: sampled, as
+//!   traces written before the choice existed), "refresh": {"full_every": E,
+//!   "block": m}, "planned_steps": T, "ex_post": {"orders": [...], "weights": [...]}
 //! {"step": t, "ids": [...], "norms": [...]}                    <- optional "noise_multiplier",
 //!                                                                 "sampling_rate" overrides
 //! {"refresh": {"ids": [...], "norms": [...]}}
@@ -16,7 +19,9 @@
 //! parsing on the calling thread overlapped with the ledger's work on a worker.
 
 use super::bounds::{combine_worst_case, pld_worst_case, WorstCaseBounds};
-use super::config::{Clipping, DatasetConfig, Sampling};
+use super::config::{
+    Clipping, DatasetConfig, ExPostOrders, RefreshSchedule, Sampling, ThresholdMode,
+};
 use super::dataset::Ledger;
 use super::protocol::StepReport;
 use super::protocol::{Bound, PrivacyPart};
@@ -100,6 +105,19 @@ struct TraceDataset {
     sampling_rate: f64,
     #[serde(default)]
     orders: Option<Vec<f64>>,
+    /// The threshold protocol (absent: the old, sampled one, as every trace
+    /// written before there was a choice).
+    #[serde(default)]
+    thresholds: Option<ThresholdMode>,
+    /// The predictable mode's public refresh schedule.
+    #[serde(default)]
+    refresh: Option<RefreshSchedule>,
+    /// The planned steps (they choose the default ex-post orders).
+    #[serde(default)]
+    planned_steps: Option<u64>,
+    /// The ex-post bound's orders and weights as the dataset recorded them.
+    #[serde(default)]
+    ex_post: Option<ExPostOrders>,
 }
 
 #[derive(Deserialize)]
@@ -286,10 +304,19 @@ fn start(line: TraceLine, line_no: usize, delta: f64) -> Result<Ledger, ReplayEr
         delta,
         clipping: Clipping::PerExample,
         individual_budget: None,
-        thresholds: None,
-        refresh: None,
-        planned_steps: None,
-        ex_post: None,
+        thresholds: d.thresholds,
+        refresh: d.refresh,
+        planned_steps: d.planned_steps,
+        ex_post: d.ex_post,
+    };
+    // A trace that names its protocol gets the creation defaults a dataset
+    // would (the ex-post orders); one that does not replays as sampled.
+    let config = if config.thresholds.is_some() {
+        config
+            .with_creation_defaults()
+            .map_err(|e| ReplayError::at(line_no, format!("dataset: {e}")))?
+    } else {
+        config
     };
     Ledger::new(config).map_err(|e| ReplayError::at(line_no, format!("dataset: {e}")))
 }

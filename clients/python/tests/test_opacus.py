@@ -364,7 +364,7 @@ def bucket(g: float, r: float, C: float) -> float:
 
 
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
-def test_predictable_run_follows_the_schedule(server, admin: Client, new_id, mode):
+def test_predictable_run_follows_the_schedule(server, admin: Client, new_id, mode, tmp_path):
     """Many steps with a full pass every 15 steps and a block of 24 before the
     others: every due refresh is sent before its step with the norms at the
     model that step starts from, no step is refused, a report moves no
@@ -374,7 +374,8 @@ def test_predictable_run_follows_the_schedule(server, admin: Client, new_id, mod
     ds = new_id()
     admin.create_dataset(ds, poisson_config(n, q=q, max_grad_norm=C, rounding=r, thresholds="predictable",
                                             refresh=RefreshSchedule(full_every=e, block=m)))
-    run = LedgerRun(admin.with_token(server.token("trainer", ds)), ds)
+    trace = tmp_path / "predictable.jsonl"
+    run = LedgerRun(admin.with_token(server.token("trainer", ds)), ds, trace=trace)
     assert run.predictable and run.due_ids() == list(range(n))
     net = model()
     plain = copy.deepcopy(net)  # before Opacus hooks the layers: the reference norms
@@ -434,6 +435,14 @@ def test_predictable_run_follows_the_schedule(server, admin: Client, new_id, mod
     p = admin.example_privacy(ds, 0, delta=DELTA).example
     assert p.ledger == "threshold"
     assert admin.get_dataset(ds).status.steps == steps
+    # The trace names the protocol and its schedule, so the offline replay
+    # runs it too and gives every example the served ex-post bound.
+    run.close()
+    offline = server.replay(trace, DELTA)
+    for ex in offline["examples"][:40]:
+        served_ex = admin.example_privacy(ds, ex["id"], delta=DELTA).example
+        assert rel(served_ex.ex_post.epsilon, ex["ex_post"]["epsilon"]) <= 1e-12, ex
+        assert rel(served_ex.estimate.epsilon, ex["estimate"]["epsilon"]) <= 1e-12, ex
 
 
 def test_a_step_before_the_due_refresh_is_refused(server, admin: Client, new_id):

@@ -3,7 +3,8 @@
 //! every example's epsilon offline and compare it with what the server serves.
 //!
 //! ```text
-//! {"dataset": {"examples": n, "max_grad_norm": C, "rounding": r, "noise_multiplier": s, "sampling_rate": q, "orders": [...]}}
+//! {"dataset": {"examples": n, "max_grad_norm": C, "rounding": r, "noise_multiplier": s, "sampling_rate": q, "orders": [...],
+//!              "thresholds": "predictable", "refresh": {...}, "planned_steps": T, "ex_post": {...}}}
 //! {"step": 0, "ids": [...], "norms": [...]}
 //! {"refresh": {"ids": [...], "norms": [...]}}
 //! ```
@@ -14,7 +15,9 @@
 //! does not.
 
 use crate::error::{Error, Result};
-use crate::types::{DatasetConfig, Sampling, StepReport};
+use crate::types::{
+    DatasetConfig, ExPostOrders, RefreshSchedule, Sampling, StepReport, ThresholdMode,
+};
 use serde::Serialize;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -29,6 +32,17 @@ struct Header<'a> {
     sampling_rate: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     orders: Option<&'a Vec<f64>>,
+    /// The threshold protocol, schedule, planned steps and ex-post orders as
+    /// the server recorded them, so that the replay runs the same protocol
+    /// (a trace without them replays as the sampled protocol).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thresholds: Option<ThresholdMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refresh: Option<RefreshSchedule>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    planned_steps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ex_post: Option<&'a ExPostOrders>,
 }
 
 #[derive(Serialize)]
@@ -73,6 +87,10 @@ impl TraceWriter {
                 noise_multiplier: config.noise_multiplier,
                 sampling_rate: rate,
                 orders: config.orders.as_ref(),
+                thresholds: config.thresholds,
+                refresh: config.refresh,
+                planned_steps: config.planned_steps,
+                ex_post: config.ex_post.as_ref(),
             },
         })?;
         Ok(writer)

@@ -230,3 +230,50 @@ async fn the_sampled_mode_has_no_schedule_and_its_numbers_are_estimates() {
         .unwrap();
     assert_eq!(p.example.ledger, LedgerKind::Sampled);
 }
+
+/// A predictable session's trace names its protocol and schedule, so the
+/// offline replay runs the same protocol: every example's ex-post bound and
+/// estimate equal what the server serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_predictable_sessions_trace_replays_to_the_served_numbers() {
+    let env = Env::start();
+    let (n, q) = (40u64, 0.2);
+    env.admin
+        .create_dataset("tr", &predictable(n, q, Some(10), Some(4)))
+        .await
+        .unwrap();
+    let trainer = env.client_as("trainer", Some("tr"), None);
+    let mut session = TrainingSession::open(trainer, "tr").await.unwrap();
+    let trace = env.dir.path().join("predictable.jsonl");
+    session.record_trace(&trace).unwrap();
+    let mut rng = Rng(11);
+    for t in 0..25u64 {
+        if let Some(due) = session.due() {
+            let norms: Vec<f64> = due.iter().map(|&i| norm_at(i, t)).collect();
+            session.refresh(&due, &norms).await.unwrap();
+        }
+        let ids: Vec<u64> = (0..n).filter(|_| rng.uniform() < q).collect();
+        let norms: Vec<f64> = ids.iter().map(|_| 2.0 * rng.uniform()).collect();
+        session.report(ids, norms).await.unwrap();
+    }
+    let offline = dpledger_client::local::replay(&common::binary(), &trace, 1e-5).unwrap();
+    let examples = offline["examples"].as_array().unwrap();
+    assert_eq!(examples.len(), n as usize);
+    for ex in examples {
+        let id = ex["id"].as_u64().unwrap();
+        let served = env
+            .admin
+            .example_privacy("tr", id, PrivacyQuery::at_delta(1e-5))
+            .await
+            .unwrap();
+        let ex_post = served.example.ex_post.as_ref().expect("an ex-post bound");
+        let want = ex["ex_post"]["epsilon"].as_f64().expect("replayed ex-post");
+        assert!(
+            common::rel(ex_post.epsilon, want) <= 1e-12,
+            "example {id}: served {} replayed {want}",
+            ex_post.epsilon
+        );
+        let estimate = ex["estimate"]["epsilon"].as_f64().unwrap();
+        assert!(common::rel(served.example.estimate.epsilon, estimate) <= 1e-12);
+    }
+}

@@ -70,7 +70,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from .client import Client
 from .errors import ApiError, ServerError
-from .types import DatasetConfig, PoissonSampling, RefreshDue, StepOutcome
+from .types import DatasetConfig, PoissonSampling, RefreshDue, StepOutcome, to_json
 
 __all__ = [
     "LedgerRun",
@@ -265,6 +265,12 @@ class LedgerRun:
             }
             if self.config.orders is not None:
                 header["orders"] = list(self.config.orders)
+            # The protocol as the server recorded it, so that the replay runs
+            # the same one (a trace without it replays as the sampled protocol).
+            for name in ("thresholds", "refresh", "planned_steps", "ex_post"):
+                value = getattr(self.config, name)
+                if value is not None:
+                    header[name] = to_json(value)
             self._write({"dataset": header})
 
     def _write(self, line: dict) -> None:
