@@ -467,7 +467,7 @@ impl ServeCmd {
                 "--insecure-test-release-seed is set: releases are predictable, hence not \
                  private (tests only)"
             );
-            crate::engine::cluster::shard_release::set_test_release_seed(seed);
+            crate::release::rng::set_test_release_seed(seed);
         }
         // A cluster node's writer must not hold the log's locks while it is
         // frozen (SIGSTOP, a long GC-like pause): PostgreSQL ends a session

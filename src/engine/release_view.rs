@@ -165,7 +165,7 @@ impl Engine {
             let request = request.clone();
             let step = view.token.step();
             background(move || {
-                let mut rng = super::cluster::shard_release::release_rng(step);
+                let mut rng = crate::release::rng::release_rng(step);
                 Ok(compute(&mut rng, &request, &epsilons, bound, &labels))
             })
             .await?

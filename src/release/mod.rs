@@ -18,6 +18,7 @@ pub mod pld;
 pub mod quantiles;
 pub mod record;
 pub mod request;
+pub mod rng;
 pub mod summary;
 
 pub use budget::{BudgetRequest, BudgetStatus};

@@ -139,34 +139,6 @@ pub enum Apart {
     Disagree(String),
 }
 
-/// The seed of the release randomness for tests, set only by the server's
-/// explicit `--insecure-test-release-seed` flag ([`set_test_release_seed`]);
-/// never from the environment, which a deployment may inherit unawares.
-static TEST_SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-
-/// Makes every later release's random stream `StdRng(seed + step)`: for tests
-/// that compare a sharded and an unsharded ledger value for value. Predictable
-/// noise is not private: the server logs a warning at start when it is set.
-pub fn set_test_release_seed(seed: u64) {
-    let _ = TEST_SEED.set(seed);
-}
-
-fn test_seed() -> Option<u64> {
-    TEST_SEED.get().copied()
-}
-
-/// The randomness of a release describing `step`: from the operating system,
-/// or, under the test-only `--insecure-test-release-seed`, seeded by it and the
-/// step, so that a sharded and an unsharded ledger of one trace can be
-/// compared value for value.
-pub fn release_rng(step: u64) -> rand::rngs::StdRng {
-    use rand::SeedableRng;
-    match test_seed() {
-        Some(seed) => rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(step)),
-        None => rand::rngs::StdRng::from_os_rng(),
-    }
-}
-
 /// The label names of a sharded dataset's creation in order of first use,
 /// from its specification: parsed once per layout (`ShardLayout::label_names`);
 /// labels set later extend them (`shard_labels::dataset_label_names`).
@@ -234,7 +206,7 @@ pub fn release_of_shards(
     let summaries: Vec<ReleaseSummary> = parts.iter().map(|p| p.summary.clone()).collect();
     let merged = ReleaseSummary::merge_all(request, &summaries, names, bound)
         .map_err(|m| Apart::Disagree(format!("the shards' statistics differ: {}", m.0)))?;
-    let mut rng = release_rng(first.step);
+    let mut rng = crate::release::rng::release_rng(first.step);
     let values = merged.release(&mut rng, request, None, bound);
     Ok(Release {
         id: first.budget.releases + 1,
