@@ -3,30 +3,15 @@
 //! `dpledger replay` of the trace the trainer reported; the TensorBoard scalars it
 //! wrote read back.
 
-use dpledger_client::local::{locate_binary, replay, LocalServer};
+mod common;
+
+use common::{binary, blobs};
+use dpledger_client::local::{replay, LocalServer};
 use dpledger_client::tensorboard::{read_events, What};
 use dpledger_client::{Client, DatasetConfig, PrivacyQuery};
-use dpledger_tch::{accuracy, Activation, DpSgd, DpSgdConfig, Examples, Mlp, NormMethod};
-use std::path::{Path, PathBuf};
+use dpledger_tch::{accuracy, Activation, DpSgd, DpSgdConfig, Mlp, NormMethod};
 use tch::nn::{self, OptimizerConfig};
-use tch::{Device, Kind, Tensor};
-
-/// `$DPLEDGER_BIN`, else `target/<profile>/dpledger`, else the workspace's release
-/// build; a missing binary fails the test.
-fn binary() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    locate_binary(&[workspace.join("target/release/dpledger")]).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Four well-separated Gaussian classes in 16 dimensions.
-fn blobs(n: i64, seed: i64) -> Examples {
-    tch::manual_seed(seed);
-    let centers = Tensor::randn([4, 16], (Kind::Float, Device::Cpu)) * 1.5;
-    let ys = Tensor::arange(n, (Kind::Int64, Device::Cpu)).remainder(4);
-    let xs =
-        centers.index_select(0, &ys) + Tensor::randn([n, 16], (Kind::Float, Device::Cpu)) * 0.5;
-    Examples::new(xs, ys).unwrap()
-}
+use tch::Device;
 
 fn rel(a: f64, b: f64) -> f64 {
     if a == b {

@@ -5,28 +5,15 @@
 //! a refresh sets are the buckets of those norms; the thresholds the trainer
 //! clips at are the server's; a step report never moves one.
 
-use dpledger_client::local::{locate_binary, LocalServer};
+mod common;
+
+use common::{binary, blobs};
+use dpledger_client::local::LocalServer;
 use dpledger_client::{Client, DatasetConfig, LedgerKind, PrivacyQuery, RefreshSchedule};
 use dpledger_tch::grad::{per_example_norms, reported_norm};
 use dpledger_tch::{accuracy, Activation, DpModule, DpSgd, DpSgdConfig, Examples, Mlp};
-use std::path::{Path, PathBuf};
 use tch::nn::{self, OptimizerConfig};
-use tch::{Device, Kind, Reduction, Tensor};
-
-fn binary() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    locate_binary(&[workspace.join("target/release/dpledger")]).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Four well-separated Gaussian classes in 16 dimensions.
-fn blobs(n: i64, seed: i64) -> Examples {
-    tch::manual_seed(seed);
-    let centers = Tensor::randn([4, 16], (Kind::Float, Device::Cpu)) * 1.5;
-    let ys = Tensor::arange(n, (Kind::Int64, Device::Cpu)).remainder(4);
-    let xs =
-        centers.index_select(0, &ys) + Tensor::randn([n, 16], (Kind::Float, Device::Cpu)) * 0.5;
-    Examples::new(xs, ys).unwrap()
-}
+use tch::{Device, Reduction, Tensor};
 
 /// The norms a refresh of `ids` must carry: unclipped, at the current model,
 /// computed independently of the trainer (autograd per example).
