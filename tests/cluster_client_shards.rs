@@ -22,9 +22,7 @@ use std::time::Duration;
 
 /// A Poisson configuration whose individual budget retires examples.
 fn config(n: u64, q: f64) -> Value {
-    let mut c = poisson_config(n, q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 6.0, "delta": 1e-5});
-    c
+    budgeted_config(n, q, 6.0)
 }
 
 fn client(url: &str, token: &str) -> Client {

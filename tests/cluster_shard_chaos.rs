@@ -33,9 +33,7 @@ use std::time::{Duration, Instant};
 /// The dataset's configuration: Poisson, with an individual budget so that
 /// the filter retires examples during a long trace.
 fn config(n: u64, q: f64) -> Value {
-    let mut c = poisson_config(n, q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 19.0, "delta": 1e-5});
-    c
+    budgeted_config(n, q, 19.0)
 }
 
 #[test]

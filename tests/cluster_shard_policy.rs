@@ -24,21 +24,11 @@ const Q: f64 = 0.3;
 const SHARDS: [u64; 4] = [0, 15, 30, 45];
 
 fn config() -> Value {
-    let mut c = poisson_config(N, Q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 40.0, "delta": 1e-5});
-    c
+    budgeted_config(N, Q, 40.0)
 }
 
 fn labels() -> Value {
-    let labels: Vec<Value> = (0..N)
-        .map(|i| match i {
-            i if i < 15 => json!("x"),
-            i if i % 3 == 0 => Value::Null,
-            i if i % 2 == 0 => json!("x"),
-            _ => json!("y"),
-        })
-        .collect();
-    json!(labels)
+    mixed_labels(N)
 }
 
 /// What the policy releases (rho 0.008 in all).

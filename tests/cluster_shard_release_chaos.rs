@@ -44,9 +44,7 @@ const SEED: u64 = 2627;
 /// filter's checks run, and nothing depends on where a release's charge
 /// lands among the steps, so the unsharded reference can be compared exactly).
 fn config(n: u64, q: f64) -> Value {
-    let mut c = poisson_config(n, q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 1000.0, "delta": 1e-5});
-    c
+    budgeted_config(n, q, 1000.0)
 }
 
 fn labels(n: u64) -> Value {

@@ -27,23 +27,13 @@ const N: u64 = 60;
 const Q: f64 = 0.3;
 
 fn config() -> Value {
-    let mut c = poisson_config(N, Q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 40.0, "delta": 1e-5});
-    c
+    budgeted_config(N, Q, 40.0)
 }
 
 /// Labels whose first use in the dataset (`x`, then `y`) differs from the
 /// order in which later shards meet them (`y` first).
 fn labels() -> Value {
-    let labels: Vec<Value> = (0..N)
-        .map(|i| match i {
-            i if i < 15 => json!("x"),
-            i if i % 3 == 0 => Value::Null,
-            i if i % 2 == 0 => json!("x"),
-            _ => json!("y"),
-        })
-        .collect();
-    json!(labels)
+    mixed_labels(N)
 }
 
 /// The cluster with the test-only release seed on every node.

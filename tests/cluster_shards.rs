@@ -18,9 +18,7 @@ use serde_json::{json, Value};
 /// A Poisson configuration with an individual budget small enough that the
 /// filter retires examples during the trace.
 fn config(n: u64, q: f64) -> Value {
-    let mut c = poisson_config(n, q, 1.0);
-    c["individual_budget"] = json!({"epsilon": 6.0, "delta": 1e-5});
-    c
+    budgeted_config(n, q, 6.0)
 }
 
 #[test]

@@ -301,6 +301,30 @@ pub fn poisson_config(n: u64, q: f64, sigma: f64) -> Value {
     })
 }
 
+/// [`poisson_config`] at sigma 1 under an individual budget of `epsilon` at
+/// delta 1e-5: how the sharded datasets' tests configure their runs (each
+/// file picks the budget its run needs).
+pub fn budgeted_config(n: u64, q: f64, epsilon: f64) -> Value {
+    let mut c = poisson_config(n, q, 1.0);
+    c["individual_budget"] = json!({"epsilon": epsilon, "delta": 1e-5});
+    c
+}
+
+/// Labels of `n` examples mixing two groups and unlabelled ones: ids below
+/// 15 are "x" (so a small shard holds one group only), then every third id
+/// none, the other even ids "x" and the odd ones "y".
+pub fn mixed_labels(n: u64) -> Value {
+    let labels: Vec<Value> = (0..n)
+        .map(|i| match i {
+            i if i < 15 => json!("x"),
+            i if i % 3 == 0 => Value::Null,
+            i if i % 2 == 0 => json!("x"),
+            _ => json!("y"),
+        })
+        .collect();
+    json!(labels)
+}
+
 /// Relative difference.
 pub fn rel(a: f64, b: f64) -> f64 {
     if a == b {
