@@ -5,13 +5,11 @@
 
 mod common;
 
-use common::{binary, blobs};
+use common::{binary, task, Task};
 use dpledger_client::local::{replay, LocalServer};
 use dpledger_client::tensorboard::{read_events, What};
 use dpledger_client::{Client, DatasetConfig, PrivacyQuery};
-use dpledger_tch::{accuracy, Activation, DpSgd, DpSgdConfig, Mlp, NormMethod};
-use tch::nn::{self, OptimizerConfig};
-use tch::Device;
+use dpledger_tch::{accuracy, DpSgd, DpSgdConfig, NormMethod};
 
 fn rel(a: f64, b: f64) -> f64 {
     if a == b {
@@ -88,10 +86,12 @@ fn run(norm_method: NormMethod, epochs: u64, check_every_example: bool) {
     )
     .unwrap();
 
-    let train = blobs(n as i64, 3);
-    let vs = nn::VarStore::new(Device::Cpu);
-    let model = Mlp::new(&vs.root(), &[16, 32, 4], Activation::Tanh);
-    let mut opt = nn::Sgd::default().build(&vs, 1.0).unwrap();
+    let Task {
+        train,
+        vs: _weights,
+        model,
+        mut opt,
+    } = task(n as i64);
     let before = accuracy(&model, &train);
     let steps = epochs * trainer.steps_per_epoch();
     let (mut sampled, mut clipped, mut refreshes) = (0, 0, 0);

@@ -7,13 +7,12 @@
 
 mod common;
 
-use common::{binary, blobs};
+use common::{binary, task, Task};
 use dpledger_client::local::LocalServer;
 use dpledger_client::{Client, DatasetConfig, LedgerKind, PrivacyQuery, RefreshSchedule};
 use dpledger_tch::grad::{per_example_norms, reported_norm};
-use dpledger_tch::{accuracy, Activation, DpModule, DpSgd, DpSgdConfig, Examples, Mlp};
-use tch::nn::{self, OptimizerConfig};
-use tch::{Device, Reduction, Tensor};
+use dpledger_tch::{accuracy, DpModule, DpSgd, DpSgdConfig, Examples, Mlp};
+use tch::{Reduction, Tensor};
 
 /// The norms a refresh of `ids` must carry: unclipped, at the current model,
 /// computed independently of the trainer (autograd per example).
@@ -64,10 +63,12 @@ fn the_trainer_follows_the_refresh_schedule() {
         },
     )
     .unwrap();
-    let train = blobs(n as i64, 3);
-    let vs = nn::VarStore::new(Device::Cpu);
-    let model = Mlp::new(&vs.root(), &[16, 32, 4], Activation::Tanh);
-    let mut opt = nn::Sgd::default().build(&vs, 1.0).unwrap();
+    let Task {
+        train,
+        vs: _weights,
+        model,
+        mut opt,
+    } = task(n as i64);
     let before = accuracy(&model, &train);
     let steps = 80u64;
     let (mut full, mut blocks) = (0, 0);

@@ -2,8 +2,9 @@
 //! synthetic classification task.
 
 use dpledger_client::local::locate_binary;
-use dpledger_tch::Examples;
+use dpledger_tch::{Activation, Examples, Mlp};
 use std::path::{Path, PathBuf};
+use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
 /// `$DPLEDGER_BIN`, else `target/<profile>/dpledger`, else the workspace's release
@@ -21,4 +22,27 @@ pub fn blobs(n: i64, seed: i64) -> Examples {
     let xs =
         centers.index_select(0, &ys) + Tensor::randn([n, 16], (Kind::Float, Device::Cpu)) * 0.5;
     Examples::new(xs, ys).unwrap()
+}
+
+/// The task's training set, a small MLP over it and plain SGD at rate 1 (the
+/// trainer adds the noise). The variable store is kept: it owns the weights.
+pub struct Task {
+    pub train: Examples,
+    pub vs: nn::VarStore,
+    pub model: Mlp,
+    pub opt: nn::Optimizer,
+}
+
+/// [`Task`] for `n` examples of [`blobs`] (seed 3).
+pub fn task(n: i64) -> Task {
+    let train = blobs(n, 3);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = Mlp::new(&vs.root(), &[16, 32, 4], Activation::Tanh);
+    let opt = nn::Sgd::default().build(&vs, 1.0).unwrap();
+    Task {
+        train,
+        vs,
+        model,
+        opt,
+    }
 }
