@@ -339,15 +339,19 @@ fn open_view_with(
         request.by_group.then(|| book.labels.clone())
     };
     let left_out = if leave_out {
+        // Everyone else fits by the same rule on this same state, so only the
+        // incomplete-step check of `check_charge` remains (its `O(n)` count
+        // would be 0); the commit checks again after later steps.
+        ledger.check_release()?;
         ledger.release_left_out(&rdp_of_rho(ledger.orders(), rho))
     } else {
+        check_charge(ledger, rho, &[])?;
         Vec::new()
     };
     let examples = ledger.examples();
     if examples > 0 && left_out.len() as u64 == examples {
         return Err(EngineError::LeavesOutEveryone { examples });
     }
-    check_charge(ledger, rho, &left_out)?;
     let delta = request.delta.unwrap_or(ledger.config().delta);
     let rdp_worst = ledger.worst_case(delta, Conversion::default())?;
     let pld_at = (ledger.next_step(), ledger.releases());

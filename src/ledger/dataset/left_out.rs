@@ -39,6 +39,18 @@ pub(crate) struct ReleaseShares {
 }
 
 impl ReleaseShares {
+    /// The release charges example `i` bore, when its `flags` say it was
+    /// ever left out (the flag spares every other example the lookup): the
+    /// one rule the ledger, a step's filter check and the pass read.
+    #[inline(always)]
+    pub(super) fn own(&self, flags: &[u8], i: usize) -> Option<&[f64]> {
+        if flags[i] & LEFT_OUT != 0 {
+            self.of(i)
+        } else {
+            None
+        }
+    }
+
     /// The release charges example `i` bore, when it was ever left out.
     pub(super) fn of(&self, i: usize) -> Option<&[f64]> {
         let class = *self.member.get(&(i as u32))?;
@@ -75,12 +87,7 @@ impl Ledger {
     /// was left out of one).
     #[inline]
     pub(super) fn release_of(&self, i: usize) -> &[f64] {
-        if self.flags[i] & LEFT_OUT != 0 {
-            if let Some(own) = self.shares.of(i) {
-                return own;
-            }
-        }
-        &self.release
+        self.shares.own(&self.flags, i).unwrap_or(&self.release)
     }
 
     /// Whether charging `extra` (RDP at the filter's order) to example `i`

@@ -25,7 +25,7 @@
 //! Any other number of orders, and shuffle mode's top-only examples (summed charge by charge) take the
 //! per-example evaluation itself.
 
-use super::columns::{ALL_TOP, LEFT_OUT, RETIRED};
+use super::columns::{ALL_TOP, RETIRED};
 use super::compact::{At, Eval};
 use super::levels::{entries, round_up_factor};
 use crate::accounting::conversion::EpsilonAtOrder;
@@ -253,11 +253,7 @@ impl<'a> Pass<'a> {
     /// Example `i`'s own release charges, when it was left out of a release.
     #[inline(always)]
     fn release_of(&self, i: usize) -> Option<&'a [f64]> {
-        if self.flags[i] & LEFT_OUT != 0 {
-            self.shares.of(i)
-        } else {
-            None
-        }
+        self.shares.own(self.flags, i)
     }
 }
 

@@ -3,7 +3,7 @@
 //! `v_min(b_i, bucket(g_i))`, the others through the prefix sums), moving the
 //! thresholds; refreshes (§3.5); and compaction of the prefix-sum segments.
 
-use super::columns::{prefetch, ALL_TOP, LEFT_OUT, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
+use super::columns::{prefetch, ALL_TOP, PENDING, PREFETCH_AHEAD, RETIRED, SEEN};
 use super::compact::Eval;
 use super::levels::{SegmentParams, MAX_SEGMENTS};
 use super::view::save_for_view;
@@ -254,13 +254,8 @@ impl Ledger {
                         prefix,
                         top: self.top,
                     };
-                    // The release charges it bore (`Ledger::release_of`, by
-                    // field: the accrual is borrowed).
-                    let release = if self.flags[i] & LEFT_OUT != 0 {
-                        self.shares.of(i).unwrap_or(&self.release)
-                    } else {
-                        &self.release
-                    };
+                    // `Ledger::release_of`, by field: the accrual is borrowed.
+                    let release = self.shares.own(&self.flags, i).unwrap_or(&self.release);
                     let value = eval.own_at(i, kg, self.flags[i], now, k) + release[k];
                     let c = filter.bound[kg as usize];
                     let rate = if poisson { c } else { 0.0 };
