@@ -18,6 +18,15 @@ impl InvalidArgument {
             reason: reason.into(),
         }
     }
+
+    /// The same refusal for an argument spelled `name` (a shared check
+    /// applied to one of several fields).
+    pub fn renamed(self, name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            reason: self.reason,
+        }
+    }
 }
 
 /// Result type of the accounting layer.

@@ -76,6 +76,13 @@ async fn create_inner(
         )
         .with_field("refresh.block"));
     }
+    if body.config.label_budgets.is_some() {
+        return Err(Problem::bad_request(
+            "a sharded dataset has one individual budget for all its examples: budgets per \
+             label are fixed by the labels at creation, which its shards do not share",
+        )
+        .with_field("label_budgets"));
+    }
     let k = shards_for(&body.config, body.shards, state.limits.max_shard_examples)?;
     let n = body.config.examples;
     if body.labels.as_ref().is_some_and(|l| l.len() as u64 > n) {

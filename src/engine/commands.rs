@@ -102,8 +102,19 @@ impl Engine {
         // The threshold mode and the ex-post orders become explicit in the
         // stored configuration, so that a replay never re-derives them.
         let config = config.with_creation_defaults()?;
-        let ledger = Ledger::new(config.clone())?;
+        let mut ledger = Ledger::new(config.clone())?;
         let settings = setup.records(id, &ledger)?;
+        if ledger.awaits_budget_labels() {
+            let Some(labels) = &setup.labels else {
+                return Err(EngineError::BadRequest {
+                    detail: "label_budgets give the examples of a label their budget from the \
+                             labels given at creation: send labels with the dataset"
+                        .to_string(),
+                    field: Some("labels"),
+                });
+            };
+            ledger.assign_budget_labels(labels)?;
+        }
         if let (Some(existing), Some(key)) = (self.datasets.get(id).map(|d| d.clone()), &key) {
             if let Some(found) = self.find_key(id, &key.key).await? {
                 if found.request != key.request {

@@ -12,6 +12,7 @@ use super::error::{EngineError, EngineResult};
 use super::snapshots::load_newest;
 use super::Engine;
 use crate::ledger::Ledger;
+use crate::release::LabelAssignment;
 use crate::store::codec::StepPayload;
 use crate::store::{RecordKind, SnapshotInfo, Store, StoreError, StoredRecord};
 use dashmap::DashMap;
@@ -172,6 +173,19 @@ impl Engine {
     }
 }
 
+/// Give a dataset with budgets per label its examples' classes from the
+/// labels stored with its creation (the first labels record, for ids `0..k`
+/// in order).
+fn assign_creation_labels(ledger: &mut Ledger, payload: &[u8]) -> Result<(), String> {
+    let a: LabelAssignment = serde_json::from_slice(payload).map_err(|e| format!("labels: {e}"))?;
+    if !a.ids.iter().enumerate().all(|(j, &id)| id == j as u64) {
+        return Err("the labels stored with a dataset's creation are not for ids 0..k".to_string());
+    }
+    ledger
+        .assign_budget_labels(&a.labels)
+        .map_err(|e| format!("budget labels do not apply: {e}"))
+}
+
 /// Apply one stored record during recovery; `Err` describes why it does not apply.
 fn apply_record(
     datasets: &DashMap<String, Arc<Dataset>>,
@@ -247,10 +261,13 @@ fn apply_record(
         }
         kind @ (RecordKind::BudgetChange | RecordKind::Labels | RecordKind::ReleasePolicy) => {
             let ds = existing()?;
-            let ledger = ds
+            let mut ledger = ds
                 .ledger
-                .try_read()
+                .try_write()
                 .map_err(|_| "ledger busy during recovery".to_string())?;
+            if kind == RecordKind::Labels && ledger.awaits_budget_labels() {
+                assign_creation_labels(&mut ledger, &rec.payload)?;
+            }
             let mut book = ds.book_write();
             apply_setting(&ledger, &mut book, kind, &rec.payload)?;
         }

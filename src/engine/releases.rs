@@ -236,6 +236,13 @@ impl Engine {
                 RecordKind::Labels,
                 &a,
                 |ledger, book| {
+                    if ledger.config().label_budgets.is_some() {
+                        return Err(EngineError::conflict(
+                            "this dataset has budgets per label, so every example keeps the \
+                             label it was created with (its budget was fixed by it)"
+                                .to_string(),
+                        ));
+                    }
                     book.labels
                         .check(ledger.examples(), &a)
                         .map_err(EngineError::from)

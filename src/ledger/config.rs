@@ -5,6 +5,7 @@ use crate::accounting::grid::BucketGrid;
 use crate::accounting::orders::ledger_orders;
 use crate::accounting::validate;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Largest number of examples: ids are kept as `u32` in the filter's queue, and
 /// at ~530 bytes per example more would not fit in memory anyway.
@@ -12,6 +13,10 @@ pub const MAX_EXAMPLES: u64 = u32::MAX as u64;
 
 /// Largest number of Rényi orders: every order costs 8 bytes per example.
 pub const MAX_ORDERS: usize = 256;
+
+/// Most labels with a budget of their own: with the dataset's, the classes fit
+/// in one byte per example.
+pub const MAX_LABEL_BUDGETS: usize = 255;
 
 /// How batches are drawn. The accounting differs fundamentally between the two.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -145,6 +150,12 @@ pub struct DatasetConfig {
     /// Optional individual budget: enables the individual filter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub individual_budget: Option<IndividualBudget>,
+    /// Budgets of their own for the examples of some labels (spec §7), fixed
+    /// at creation with the labels given there: an example whose creation
+    /// label is listed has that budget, every other example the
+    /// `individual_budget`. Labels then stay as created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_budgets: Option<BTreeMap<String, IndividualBudget>>,
     /// Predictable thresholds (the default when a dataset is created) or the
     /// old sampled protocol. Absent only in configurations stored before the
     /// predictable mode existed, which replay as `sampled`
@@ -184,6 +195,7 @@ impl DatasetConfig {
             delta,
             clipping: Clipping::PerExample,
             individual_budget: None,
+            label_budgets: None,
             thresholds: Some(ThresholdMode::Sampled),
             refresh: None,
             planned_steps: None,
@@ -315,7 +327,35 @@ impl DatasetConfig {
             validate::positive("individual_budget.epsilon", budget.epsilon)?;
             validate::delta("individual_budget.delta", budget.delta)?;
         }
+        self.validate_label_budgets()?;
         self.validate_threshold_mode()
+    }
+
+    /// Budgets per label: beside a dataset budget (the examples of other
+    /// labels need one), fewer than 256 (a byte per example says which), each
+    /// label one that a label assignment accepts.
+    fn validate_label_budgets(&self) -> Result<()> {
+        let Some(budgets) = &self.label_budgets else {
+            return Ok(());
+        };
+        if self.individual_budget.is_none() {
+            return Err(InvalidArgument::new(
+                "label_budgets",
+                "needs individual_budget too: it is the budget of every example whose label has none of its own",
+            ));
+        }
+        if budgets.len() > MAX_LABEL_BUDGETS {
+            return Err(InvalidArgument::new(
+                "label_budgets",
+                format!("at most {MAX_LABEL_BUDGETS} labels, got {}", budgets.len()),
+            ));
+        }
+        for (label, budget) in budgets {
+            crate::release::check_label("label_budgets", label)?;
+            validate::positive(&format!("label_budgets.{label}.epsilon"), budget.epsilon)?;
+            validate::delta(&format!("label_budgets.{label}.delta"), budget.delta)?;
+        }
+        Ok(())
     }
 
     /// The predictable mode's settings: only there, Poisson only, a schedule

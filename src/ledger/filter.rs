@@ -102,9 +102,13 @@ pub(crate) fn next_check(now: u64, value: f64, charge: f64, rate: f64, budget: f
     now.saturating_add(k)
 }
 
-/// The filter's mutable state.
+/// One budget class's fixed parameters: the dataset's budget, or the budget of
+/// one label given at creation (spec §7).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Filter {
+pub(crate) struct BudgetClass {
+    /// The label whose examples have this budget (`None`: the dataset's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
     /// The budget's epsilon.
     pub(crate) epsilon: f64,
     /// The budget's delta.
@@ -119,6 +123,43 @@ pub(crate) struct Filter {
     pub(crate) limit: f64,
     /// Per bucket: the most the next step can charge at `alpha*`.
     pub(crate) bound: Vec<f64>,
+}
+
+impl BudgetClass {
+    /// The class of `budget` at order `index` of `orders`, whose RDP budget there
+    /// is `rdp_budget`, with the per-bucket bounds `bound`.
+    pub(crate) fn new(
+        label: Option<String>,
+        budget: IndividualBudget,
+        index: usize,
+        order: f64,
+        rdp_budget: f64,
+        bound: Vec<f64>,
+    ) -> Self {
+        Self {
+            label,
+            epsilon: budget.epsilon,
+            delta: budget.delta,
+            index,
+            order,
+            budget: rdp_budget,
+            limit: rdp_budget * (1.0 - FILTER_MARGIN),
+            bound,
+        }
+    }
+}
+
+/// The filter's mutable state.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(from = "FilterImage")]
+pub(crate) struct Filter {
+    /// Budget classes: the dataset's first, then one per label with a budget
+    /// of its own (in the configuration's order).
+    pub(crate) classes: Vec<BudgetClass>,
+    /// Per example: its class, fixed before the first step (empty: every
+    /// example has the dataset's budget).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) class_of: Vec<u8>,
     /// Per example: the step at which it is next checked ([`NEVER`]: not queued).
     pub(crate) predicted: Vec<u64>,
     /// A calendar of checks: step -> ids. An id listed under a step other than its
@@ -130,30 +171,103 @@ pub(crate) struct Filter {
     queued: usize,
 }
 
+/// A filter as stored: today's form, or the one-budget form of images written
+/// before budgets per label existed (the class's fields at the top level).
+#[derive(serde::Deserialize)]
+struct FilterImage {
+    #[serde(default)]
+    classes: Vec<BudgetClass>,
+    #[serde(default)]
+    class_of: Vec<u8>,
+    #[serde(default)]
+    epsilon: f64,
+    #[serde(default)]
+    delta: f64,
+    #[serde(default)]
+    index: usize,
+    #[serde(default)]
+    order: f64,
+    #[serde(default)]
+    budget: f64,
+    #[serde(default)]
+    limit: f64,
+    #[serde(default)]
+    bound: Vec<f64>,
+    predicted: Vec<u64>,
+    queue: BTreeMap<u64, Vec<u32>>,
+    queued: usize,
+}
+
+impl From<FilterImage> for Filter {
+    fn from(image: FilterImage) -> Self {
+        let classes = if image.classes.is_empty() {
+            vec![BudgetClass {
+                label: None,
+                epsilon: image.epsilon,
+                delta: image.delta,
+                index: image.index,
+                order: image.order,
+                budget: image.budget,
+                limit: image.limit,
+                bound: image.bound,
+            }]
+        } else {
+            image.classes
+        };
+        Self {
+            classes,
+            class_of: image.class_of,
+            predicted: image.predicted,
+            queue: image.queue,
+            queued: image.queued,
+        }
+    }
+}
+
 impl Filter {
-    /// A filter for `n` examples, all checked first at `first_check`.
-    pub(crate) fn new(
-        budget: IndividualBudget,
-        index: usize,
-        order: f64,
-        rdp_budget: f64,
-        bound: Vec<f64>,
-        predicted: Vec<u64>,
-    ) -> Self {
+    /// A filter for `n = predicted.len()` examples, all in the first class
+    /// until [`Filter::assign`] says otherwise, each first checked at its
+    /// `predicted` step.
+    pub(crate) fn new(classes: Vec<BudgetClass>, predicted: Vec<u64>) -> Self {
         let mut filter = Self {
-            epsilon: budget.epsilon,
-            delta: budget.delta,
-            index,
-            order,
-            budget: rdp_budget,
-            limit: rdp_budget * (1.0 - FILTER_MARGIN),
-            bound,
+            classes,
+            class_of: Vec::new(),
             predicted,
             queue: BTreeMap::new(),
             queued: 0,
         };
         filter.rebuild();
         filter
+    }
+
+    /// Example `i`'s budget class.
+    #[inline(always)]
+    pub(crate) fn class(&self, i: usize) -> &BudgetClass {
+        let k = self.class_of.get(i).copied().unwrap_or(0);
+        &self.classes[k as usize]
+    }
+
+    /// Give the examples their classes (`class_of[i]` indexes `classes`).
+    pub(crate) fn assign(&mut self, class_of: Vec<u8>) {
+        self.class_of = class_of;
+    }
+
+    /// Whether the image agrees with a ledger of `n` examples and `m` orders
+    /// whose grid has `buckets` buckets.
+    pub(crate) fn fits(&self, n: usize, m: usize, buckets: usize) -> bool {
+        !self.classes.is_empty()
+            && self.classes.len() <= 256
+            && self
+                .classes
+                .iter()
+                .all(|c| c.index < m && c.bound.len() == buckets)
+            && self.predicted.len() == n
+            && (self.class_of.is_empty()
+                || (self.class_of.len() == n
+                    && self
+                        .class_of
+                        .iter()
+                        .all(|&k| (k as usize) < self.classes.len())))
     }
 
     /// Queue `id` for a check at `at`, replacing its current check.
@@ -205,7 +319,8 @@ impl Filter {
             .values()
             .map(|v| v.capacity() * 4 + std::mem::size_of::<(u64, Vec<u32>)>())
             .sum();
-        self.predicted.capacity() * 8 + self.bound.capacity() * 8 + lists
+        let classes: usize = self.classes.iter().map(|c| c.bound.capacity() * 8).sum();
+        self.predicted.capacity() * 8 + self.class_of.capacity() + classes + lists
     }
 }
 

@@ -100,8 +100,8 @@ pub use error::{ErrorKind, LedgerError};
 pub use estimate::{EstimateInput, LevelSteps, PldEstimate};
 pub use filter::FILTER_MARGIN;
 pub use protocol::{
-    check_norms, Bound, ExamplePrivacy, FilterStatus, LedgerKind, LedgerStatus, Part,
-    PendingStatus, PrivacyKind, PrivacyPart, RefreshDue, RefreshOutcome, StepOutcome, StepReport,
-    WorstCase,
+    check_norms, Bound, ExamplePrivacy, FilterStatus, LabelBudgetStatus, LedgerKind, LedgerStatus,
+    Part, PendingStatus, PrivacyKind, PrivacyPart, RefreshDue, RefreshOutcome, StepOutcome,
+    StepReport, WorstCase,
 };
 pub use replay::{replay, ReplayError, ReplayExample, ReplayReport};

@@ -317,6 +317,25 @@ pub struct FilterStatus {
     pub order: f64,
     /// The RDP budget at `alpha*`.
     pub rdp_budget: f64,
+    /// The budgets of their own that some labels have (fixed at creation);
+    /// every other example has the one above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub label_budgets: Vec<LabelBudgetStatus>,
+}
+
+/// One label's budget under the individual filter, as enforced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LabelBudgetStatus {
+    /// The label.
+    pub label: String,
+    /// The budget's epsilon.
+    pub epsilon: f64,
+    /// The budget's delta.
+    pub delta: f64,
+    /// The Rényi order `alpha*` at which it is enforced.
+    pub order: f64,
+    /// The RDP budget at `alpha*`.
+    pub rdp_budget: f64,
 }
 
 /// A summary of the ledger's state.

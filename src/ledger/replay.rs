@@ -304,6 +304,7 @@ fn start(line: TraceLine, line_no: usize, delta: f64) -> Result<Ledger, ReplayEr
         delta,
         clipping: Clipping::PerExample,
         individual_budget: None,
+        label_budgets: None,
         thresholds: d.thresholds,
         refresh: d.refresh,
         planned_steps: d.planned_steps,

@@ -11,6 +11,19 @@ pub const MAX_GROUPS: usize = 256;
 pub const MAX_LABEL_BYTES: usize = 64;
 const NONE: u32 = u32::MAX;
 
+/// Refuses (naming `field`) a string that is not a label: 1 to
+/// [`MAX_LABEL_BYTES`] bytes without control characters (labels are
+/// Prometheus label values and appear in logs).
+pub fn check_label(field: &str, l: &str) -> Result<()> {
+    if l.is_empty() || l.len() > MAX_LABEL_BYTES || l.chars().any(char::is_control) {
+        return Err(InvalidArgument::new(
+            field,
+            format!("{l:?}: a label is 1-{MAX_LABEL_BYTES} bytes without control characters"),
+        ));
+    }
+    Ok(())
+}
+
 /// Label assignments: `labels[j]` for `ids[j]` (`null` removes a label).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -75,14 +88,7 @@ impl Labels {
         let mut new = 0;
         let mut seen: Vec<&str> = Vec::new();
         for l in a.labels.iter().flatten() {
-            if l.is_empty() || l.len() > MAX_LABEL_BYTES || l.chars().any(char::is_control) {
-                return Err(InvalidArgument::new(
-                    "labels",
-                    format!(
-                        "{l:?}: a label is 1-{MAX_LABEL_BYTES} bytes without control characters"
-                    ),
-                ));
-            }
+            check_label("labels", l)?;
             if !self.names.iter().any(|n| n == l) && !seen.contains(&l.as_str()) {
                 seen.push(l);
                 new += 1;

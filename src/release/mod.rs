@@ -24,7 +24,7 @@ pub mod summary;
 pub use budget::{BudgetRequest, BudgetStatus};
 pub use exact_sum::ExactSum;
 pub use histogram::HistogramValue;
-pub use labels::{LabelAssignment, LabelRecord, Labels};
+pub use labels::{check_label, LabelAssignment, LabelRecord, Labels};
 pub use mean::MeanValue;
 pub use pld::release_pld_events;
 pub use record::{LeftOut, ReleaseRecord};

@@ -62,9 +62,9 @@ pub use retry::RetryPolicy;
 pub use session::TrainingSession;
 pub use types::{
     Bound, Clipping, Conversion, DatasetConfig, DatasetView, ExamplePrivacy, FilterStatus, Health,
-    IndividualBudget, LedgerStatus, LevelSteps, Part, PendingStatus, PldEstimate, PldWorstCase,
-    PrivacyQuery, PrivacyView, RefreshOutcome, Sampling, ShardView, StepOutcome, StepReport,
-    Thresholds, WorstCase, WorstCaseBounds, WorstCaseMethod,
+    IndividualBudget, LabelBudgetStatus, LedgerStatus, LevelSteps, Part, PendingStatus,
+    PldEstimate, PldWorstCase, PrivacyQuery, PrivacyView, RefreshOutcome, Sampling, ShardView,
+    StepOutcome, StepReport, Thresholds, WorstCase, WorstCaseBounds, WorstCaseMethod,
 };
 pub use types::{
     DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,

@@ -115,6 +115,10 @@ pub struct DatasetConfig {
     /// Optional individual budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub individual_budget: Option<IndividualBudget>,
+    /// Budgets of their own for the examples of some labels, given with the
+    /// labels at creation; every other example has `individual_budget`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_budgets: Option<std::collections::BTreeMap<String, IndividualBudget>>,
     /// The threshold mode (server default: predictable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thresholds: Option<ThresholdMode>,
@@ -149,6 +153,7 @@ impl DatasetConfig {
             delta,
             clipping: Clipping::PerExample,
             individual_budget: None,
+            label_budgets: None,
             thresholds: None,
             refresh: None,
             planned_steps: None,
@@ -228,6 +233,24 @@ pub struct FilterStatus {
     /// The individual budget's delta.
     pub delta: f64,
     /// The Rényi order `alpha*` at which the budget is enforced.
+    pub order: f64,
+    /// The RDP budget at `alpha*`.
+    pub rdp_budget: f64,
+    /// Labels with a budget of their own (fixed at creation).
+    #[serde(default)]
+    pub label_budgets: Vec<LabelBudgetStatus>,
+}
+
+/// One label's budget under the individual filter, as enforced.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct LabelBudgetStatus {
+    /// The label.
+    pub label: String,
+    /// The budget's epsilon.
+    pub epsilon: f64,
+    /// The budget's delta.
+    pub delta: f64,
+    /// The Rényi order `alpha*` at which it is enforced.
     pub order: f64,
     /// The RDP budget at `alpha*`.
     pub rdp_budget: f64,

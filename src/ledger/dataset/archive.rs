@@ -33,6 +33,11 @@ pub struct ArchivedExample {
     /// What its PLD estimate composes (steps per segment and level), or why
     /// there is none.
     pub levels: Result<Vec<LevelSteps>, String>,
+    /// Its budget class under the individual filter (last, so that archives
+    /// written before budgets per label existed, which lack it, read as the
+    /// dataset's).
+    #[serde(default)]
+    pub budget_class: u8,
 }
 
 /// What every answer about an archived dataset shares.
@@ -47,8 +52,9 @@ pub struct ArchiveSummary {
     pld_events: Option<Vec<PldEvent>>,
     release_events: Option<Vec<PldEvent>>,
     grid: BucketGrid,
-    /// The individual filter's `(order, RDP budget)`, if any.
-    filter: Option<(f64, f64)>,
+    /// The individual filter's `(order, RDP budget)` per budget class (empty
+    /// without a filter).
+    filter: Vec<(f64, f64)>,
 }
 
 impl Ledger {
@@ -70,6 +76,7 @@ impl Ledger {
             over_budget: f & OVER_BUDGET != 0,
             threshold: self.grid.value(self.bucket[i]),
             levels: self.estimate_input(id)?.map(|input| input.levels),
+            budget_class: self.budget_class_of(i),
         })
     }
 
@@ -84,7 +91,11 @@ impl Ledger {
             pld_events: self.pld_events(),
             release_events: self.pld.release_events(),
             grid: self.grid,
-            filter: self.filter_budget(),
+            filter: self
+                .filter
+                .iter()
+                .flat_map(|f| f.classes.iter().map(|c| (c.order, c.budget)))
+                .collect(),
         }
     }
 }
@@ -153,7 +164,7 @@ impl ArchiveSummary {
             ServedContext {
                 orders: &self.orders,
                 predictable: self.config.is_predictable(),
-                filter: self.filter,
+                filter: self.filter.get(example.budget_class as usize).copied(),
                 ex_post: self.config.ex_post.as_ref(),
             },
             ExampleFacts {

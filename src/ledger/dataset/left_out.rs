@@ -90,16 +90,19 @@ impl Ledger {
         self.shares.own(&self.flags, i).unwrap_or(&self.release)
     }
 
-    /// Whether charging `extra` (RDP at the filter's order) to example `i`
-    /// keeps it within its budget, with room for its next step while it trains.
-    fn release_fits(&self, filter: &Filter, i: usize, extra: f64) -> bool {
+    /// Whether charging a release of `rdp` to example `i` keeps it within its
+    /// budget (at its class's order), with room for its next step while it
+    /// trains.
+    fn release_fits(&self, filter: &Filter, i: usize, rdp: &[f64]) -> bool {
+        let class = filter.class(i);
+        let extra = rdp.get(class.index).copied().unwrap_or(f64::INFINITY);
         let now = self.next_step;
         let next = if self.flags[i] & RETIRED != 0 {
             0.0
         } else {
-            filter.bound[self.bucket[i] as usize]
+            class.bound[self.bucket[i] as usize]
         };
-        self.value_at(i, now, filter.index) + extra + next <= filter.limit * (1.0 - RULE_MARGIN)
+        self.value_at(i, now, class.index) + extra + next <= class.limit * (1.0 - RULE_MARGIN)
     }
 
     /// The examples a release of `rdp` leaves out of its input (sorted): those
@@ -110,9 +113,8 @@ impl Ledger {
         let Some(filter) = &self.filter else {
             return Vec::new();
         };
-        let extra = rdp.get(filter.index).copied().unwrap_or(f64::INFINITY);
         (0..self.n)
-            .filter(|&i| !self.release_fits(filter, i, extra))
+            .filter(|&i| !self.release_fits(filter, i, rdp))
             .map(|i| i as u32)
             .collect()
     }
@@ -125,10 +127,9 @@ impl Ledger {
         let Some(filter) = &self.filter else {
             return 0;
         };
-        let extra = rdp.get(filter.index).copied().unwrap_or(f64::INFINITY);
         (0..self.n)
             .filter(|&i| {
-                left_out.binary_search(&(i as u32)).is_err() && !self.release_fits(filter, i, extra)
+                left_out.binary_search(&(i as u32)).is_err() && !self.release_fits(filter, i, rdp)
             })
             .count() as u64
     }

@@ -74,7 +74,7 @@ use self::parts::{Pending, StepRecord};
 use self::shuffle::ShuffleState;
 use super::config::{DatasetConfig, Sampling};
 use super::error::LedgerError;
-use super::filter::{choose_order, next_check, Filter, FILTER_MARGIN};
+use super::filter::{next_check, Filter};
 use super::pld_events::PldHistory;
 use super::prefix::PrefixSums;
 use crate::accounting::grid::BucketGrid;
@@ -253,26 +253,17 @@ impl Ledger {
             config,
         };
         if let Some(budget) = ledger.config.individual_budget {
-            let per_step = ledger.current.table.row(top).to_vec();
-            let (index, rdp_budget) =
-                choose_order(&ledger.orders, &per_step, budget.epsilon, budget.delta)?;
-            let bound = (0..=top)
-                .map(|k| ledger.current.table.row(k)[index])
-                .collect();
-            // All examples start alike: one prediction for everyone.
-            let c = per_step[index];
-            let limit = rdp_budget * (1.0 - FILTER_MARGIN);
-            let at = next_check(0, 0.0, c, ledger.unsampled_rate(c), limit);
+            let mut classes = vec![ledger.budget_class(None, budget)?];
+            for (label, &budget) in ledger.config.label_budgets.iter().flatten() {
+                classes.push(ledger.budget_class(Some(label.clone()), budget)?);
+            }
+            // All examples start alike, in the dataset's class until labels
+            // give them theirs: one prediction for everyone.
+            let first = &classes[0];
+            let c = first.bound[top as usize];
+            let at = next_check(0, 0.0, c, ledger.unsampled_rate(c), first.limit);
             let predicted = try_filled(n, at)?;
-            let filter = Filter::new(
-                budget,
-                index,
-                ledger.orders[index],
-                rdp_budget,
-                bound,
-                predicted,
-            );
-            ledger.filter = Some(filter);
+            ledger.filter = Some(Filter::new(classes, predicted));
         }
         Ok(ledger)
     }

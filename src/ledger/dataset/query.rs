@@ -12,7 +12,7 @@ use crate::ledger::convert::Converter;
 use crate::ledger::error::LedgerError;
 use crate::ledger::estimate::{EstimateInput, LevelSteps};
 use crate::ledger::protocol::{
-    ExamplePrivacy, FilterStatus, LedgerStatus, PendingStatus, WorstCase,
+    ExamplePrivacy, FilterStatus, LabelBudgetStatus, LedgerStatus, PendingStatus, WorstCase,
 };
 use crate::ledger::served::{example_privacy, ExampleFacts, ServedContext};
 use std::ops::Range;
@@ -65,7 +65,7 @@ impl Ledger {
             &self.worst_case_rdp(),
             delta,
             conversion,
-            self.served_context(),
+            self.served_context(i),
             ExampleFacts {
                 steps: self.next_step,
                 retired: f & RETIRED != 0,
@@ -75,19 +75,33 @@ impl Ledger {
         ))
     }
 
-    /// What every served answer of this ledger shares (`served.rs`).
-    pub(crate) fn served_context(&self) -> ServedContext<'_> {
+    /// What a served answer about example `i` depends on besides its ledger
+    /// (`served.rs`).
+    pub(crate) fn served_context(&self, i: usize) -> ServedContext<'_> {
         ServedContext {
             orders: &self.orders,
             predictable: self.config.is_predictable(),
-            filter: self.filter_budget(),
+            filter: self.filter_budget(i),
             ex_post: self.config.ex_post.as_ref(),
         }
     }
 
-    /// The individual filter's `(order, RDP budget)`, if it has one.
-    pub(crate) fn filter_budget(&self) -> Option<(f64, f64)> {
-        self.filter.as_ref().map(|f| (f.order, f.budget))
+    /// The `(order, RDP budget)` of example `i`'s budget under the
+    /// individual filter, if it has one.
+    pub(crate) fn filter_budget(&self, i: usize) -> Option<(f64, f64)> {
+        self.filter.as_ref().map(|f| {
+            let class = f.class(i);
+            (class.order, class.budget)
+        })
+    }
+
+    /// Example `i`'s budget class (0: the dataset's budget; `k > 0`: the
+    /// `k`-th label budget of the configuration, in its order).
+    pub(crate) fn budget_class_of(&self, i: usize) -> u8 {
+        self.filter
+            .as_ref()
+            .and_then(|f| f.class_of.get(i).copied())
+            .unwrap_or(0)
     }
 
     /// The converter of the values a release reads for every example (spec
@@ -247,11 +261,24 @@ impl Ledger {
             guarantee: self.config.is_predictable(),
             retired: self.retired,
             over_budget: self.over_budget,
-            filter: self.filter.as_ref().map(|f| FilterStatus {
-                epsilon: f.epsilon,
-                delta: f.delta,
-                order: f.order,
-                rdp_budget: f.budget,
+            filter: self.filter.as_ref().map(|f| {
+                let class = &f.classes[0];
+                FilterStatus {
+                    epsilon: class.epsilon,
+                    delta: class.delta,
+                    order: class.order,
+                    rdp_budget: class.budget,
+                    label_budgets: f.classes[1..]
+                        .iter()
+                        .map(|c| LabelBudgetStatus {
+                            label: c.label.clone().unwrap_or_default(),
+                            epsilon: c.epsilon,
+                            delta: c.delta,
+                            order: c.order,
+                            rdp_budget: c.budget,
+                        })
+                        .collect(),
+                }
             }),
             releases: self.releases,
             segments: match &self.accrual {

@@ -6,9 +6,96 @@
 use super::columns::{ALL_TOP, OVER_BUDGET, RETIRED};
 use super::view::save_for_view;
 use super::{Accrual, Ledger, StepParams};
-use crate::ledger::filter::{next_check, Filter, NEVER};
+use crate::accounting::error::Result as ArgResult;
+use crate::ledger::config::IndividualBudget;
+use crate::ledger::error::LedgerError;
+use crate::ledger::filter::{choose_order, next_check, BudgetClass, Filter, NEVER};
 
 impl Ledger {
+    /// The budget class of `budget` (of `label`'s examples, or the dataset's):
+    /// its order `alpha*` chosen for the default hyperparameters, its RDP
+    /// budget there and the per-bucket bound on a step's charge.
+    pub(super) fn budget_class(
+        &self,
+        label: Option<String>,
+        budget: IndividualBudget,
+    ) -> ArgResult<BudgetClass> {
+        let per_step = self.current.table.row(self.top);
+        let field = match &label {
+            Some(l) => format!("label_budgets.{l}.epsilon"),
+            None => "individual_budget.epsilon".to_string(),
+        };
+        let (index, rdp_budget) =
+            choose_order(&self.orders, per_step, budget.epsilon, budget.delta)
+                .map_err(|e| e.renamed(field))?;
+        let bound = (0..=self.top)
+            .map(|k| self.current.table.row(k)[index])
+            .collect();
+        Ok(BudgetClass::new(
+            label,
+            budget,
+            index,
+            self.orders[index],
+            rdp_budget,
+            bound,
+        ))
+    }
+
+    /// Whether the dataset has budgets per label that still wait for the
+    /// labels given at creation ([`Ledger::assign_budget_labels`]).
+    pub fn awaits_budget_labels(&self) -> bool {
+        self.filter
+            .as_ref()
+            .is_some_and(|f| f.classes.len() > 1 && f.class_of.is_empty())
+    }
+
+    /// Give examples `0..labels.len()` the budget of their label (spec §7):
+    /// the labels given at creation, before any step or refresh, so that every
+    /// budget is fixed before the run sees data. An example whose label has no
+    /// budget of its own keeps the dataset's.
+    pub fn assign_budget_labels(&mut self, labels: &[Option<String>]) -> Result<(), LedgerError> {
+        if !self.awaits_budget_labels() {
+            return Err(LedgerError::invalid(
+                "labels",
+                "budgets per label are fixed once, by the labels given when the dataset is created",
+            ));
+        }
+        if self.next_step != 0 {
+            return Err(LedgerError::invalid(
+                "labels",
+                "budgets per label are fixed before the first step",
+            ));
+        }
+        if labels.len() > self.n {
+            return Err(LedgerError::invalid(
+                "labels",
+                format!("{} labels for {} examples", labels.len(), self.n),
+            ));
+        }
+        let Some(mut filter) = self.filter.take() else {
+            return Ok(());
+        };
+        let mut class_of = vec![0u8; self.n];
+        for (slot, label) in class_of.iter_mut().zip(labels) {
+            if let Some(l) = label {
+                if let Some(k) = filter
+                    .classes
+                    .iter()
+                    .position(|c| c.label.as_ref() == Some(l))
+                {
+                    *slot = k as u8;
+                }
+            }
+        }
+        filter.assign(class_of);
+        for i in 0..self.n {
+            filter.predicted[i] = self.predict(&filter, i, 0);
+        }
+        filter.rebuild();
+        self.filter = Some(filter);
+        Ok(())
+    }
+
     /// The latest step's parameters (the defaults before the first step): they
     /// bound what the next step charges, as far as the ledger can know.
     pub(super) fn next_params(&self) -> &StepParams {
@@ -33,9 +120,10 @@ impl Ledger {
         if self.flags[i] & RETIRED != 0 {
             return NEVER;
         }
-        let value = self.value_at(i, now, filter.index);
-        let c = filter.bound[self.bucket[i] as usize];
-        next_check(now, value, c, self.unsampled_rate(c), filter.limit)
+        let class = filter.class(i);
+        let value = self.value_at(i, now, class.index);
+        let c = class.bound[self.bucket[i] as usize];
+        next_check(now, value, c, self.unsampled_rate(c), class.limit)
     }
 
     /// Retire example `i` at step `now`: settle its accrual, threshold 0.
@@ -63,13 +151,15 @@ impl Ledger {
         let Some(filter) = self.filter.as_mut() else {
             return false;
         };
-        let j = filter.index;
         let mut increased = false;
-        for (k, slot) in filter.bound.iter_mut().enumerate() {
-            let k = k as u32;
-            let c = self.default.table.row(k)[j].max(self.current.table.row(k)[j]);
-            increased |= c > *slot;
-            *slot = c;
+        for class in &mut filter.classes {
+            let j = class.index;
+            for (k, slot) in class.bound.iter_mut().enumerate() {
+                let k = k as u32;
+                let c = self.default.table.row(k)[j].max(self.current.table.row(k)[j]);
+                increased |= c > *slot;
+                *slot = c;
+            }
         }
         increased
     }
@@ -113,8 +203,8 @@ impl Ledger {
             if self.flags[i] & RETIRED != 0 {
                 continue;
             }
-            if self.flags[i] & OVER_BUDGET == 0
-                && self.value_at(i, now, filter.index) > filter.budget
+            let class = filter.class(i);
+            if self.flags[i] & OVER_BUDGET == 0 && self.value_at(i, now, class.index) > class.budget
             {
                 self.flags[i] |= OVER_BUDGET;
                 self.over_budget += 1;
@@ -138,13 +228,14 @@ impl Ledger {
                     continue; // stale entry
                 }
                 filter.predicted[i] = NEVER;
-                let value = self.value_at(i, now, filter.index);
-                let c = filter.bound[self.bucket[i] as usize];
-                if value + c > filter.limit {
+                let class = filter.class(i);
+                let (limit, value) = (class.limit, self.value_at(i, now, class.index));
+                let c = class.bound[self.bucket[i] as usize];
+                if value + c > limit {
                     self.retire(i, now);
                     retired.push(id as u64);
                 } else {
-                    let next = next_check(now, value, c, self.unsampled_rate(c), filter.limit);
+                    let next = next_check(now, value, c, self.unsampled_rate(c), limit);
                     filter.schedule(
                         id,
                         if next == NEVER {

@@ -276,7 +276,8 @@ impl Ledger {
             table: table(header.default),
         };
         if let Some(filter) = &header.filter {
-            if filter.predicted.len() != n || filter.index >= m {
+            let classes = 1 + header.config.label_budgets.as_ref().map_or(0, |l| l.len());
+            if !filter.fits(n, m, ledger.top as usize + 1) || filter.classes.len() != classes {
                 return Err(bad("filter does not match the configuration"));
             }
         }

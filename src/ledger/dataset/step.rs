@@ -247,7 +247,8 @@ impl Ledger {
                 }
                 self.bucket[i] = kg;
                 if let Some(filter) = checks.as_deref_mut() {
-                    let k = filter.index;
+                    let class = filter.class(i);
+                    let (k, limit) = (class.index, class.limit);
                     let eval = Eval {
                         levels: &self.levels,
                         tables: &self.seg_tables,
@@ -257,9 +258,9 @@ impl Ledger {
                     // `Ledger::release_of`, by field: the accrual is borrowed.
                     let release = self.shares.own(&self.flags, i).unwrap_or(&self.release);
                     let value = eval.own_at(i, kg, self.flags[i], now, k) + release[k];
-                    let c = filter.bound[kg as usize];
+                    let c = class.bound[kg as usize];
                     let rate = if poisson { c } else { 0.0 };
-                    let at = next_check(now, value, c, rate, filter.limit);
+                    let at = next_check(now, value, c, rate, limit);
                     filter.schedule_by(id as u32, at);
                 }
             }

@@ -28,6 +28,7 @@ __all__ = [
     "DatasetConfig",
     "CreateDataset",
     "FilterStatus",
+    "LabelBudgetStatus",
     "PendingStatus",
     "LedgerStatus",
     "WorstCase",
@@ -191,6 +192,9 @@ class DatasetConfig:
     orders: Optional[List[float]] = None
     clipping: Clipping = "per_example"
     individual_budget: Optional[IndividualBudget] = None
+    #: Budgets of their own for the examples of some labels (given with the
+    #: labels at creation); every other example has ``individual_budget``.
+    label_budgets: Optional[Dict[str, IndividualBudget]] = None
     #: ``None``: the server's default (predictable).
     thresholds: Optional[ThresholdMode] = None
     refresh: Optional[RefreshSchedule] = None
@@ -222,12 +226,24 @@ class CreateDataset:
 
 
 @dataclass
+class LabelBudgetStatus:
+    __schema__: ClassVar[str] = "LabelBudgetStatus"
+    label: str
+    epsilon: float
+    delta: float
+    order: float
+    rdp_budget: float
+
+
+@dataclass
 class FilterStatus:
     __schema__: ClassVar[str] = "FilterStatus"
     epsilon: float
     delta: float
     order: float
     rdp_budget: float
+    #: Labels with a budget of their own (fixed at creation).
+    label_budgets: List[LabelBudgetStatus] = field(default_factory=list)
 
 
 @dataclass
@@ -1175,7 +1191,9 @@ def _convert(tp: Any, value: Any) -> Any:
         (item,) = typing.get_args(tp) or (Any,)
         return [_convert(item, v) for v in value]
     if origin in (dict, Dict):
-        return dict(value)
+        args = typing.get_args(tp)
+        item = args[1] if len(args) == 2 else Any
+        return {k: _convert(item, v) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ValueError(f"expected an object for {tp.__name__}, got {value!r}")
