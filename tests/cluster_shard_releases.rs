@@ -18,8 +18,9 @@ mod common;
 use cluster::*;
 use common::pg_schema::TestSchema;
 use common::*;
+use dpledger::ledger::IdempotencyKey;
 use dpledger::store::cluster::{new_change_id, ClusterDb, CrossCommit, Decision};
-use dpledger::store::{IdempotencyKey, Record, RecordKind};
+use dpledger::store::{Record, RecordKind};
 use serde_json::{json, Value};
 use std::time::Duration;
 

@@ -235,3 +235,99 @@ fn no_import_cycles_and_layers_point_down() {
         }
     }
 }
+
+/// The `pub use` and `pub(..) use` declarations of `code`, each from just
+/// after `use` to its `;`.
+fn reexports(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("pub") {
+        let before = code[..i].chars().last().unwrap_or(' ');
+        if before.is_alphanumeric() || before == '_' {
+            continue;
+        }
+        let mut rest = &code[i + "pub".len()..];
+        if let Some(scoped) = rest.trim_start().strip_prefix('(') {
+            // `pub(crate)`, `pub(super)`, `pub(in path)`.
+            let Some(close) = scoped.find(')') else {
+                continue;
+            };
+            rest = &scoped[close + 1..];
+        }
+        let Some(after) = rest.trim_start().strip_prefix("use") else {
+            continue;
+        };
+        if !after.starts_with(char::is_whitespace) {
+            continue;
+        }
+        out.push(&after[..after.find(';').unwrap_or(after.len())]);
+    }
+    out
+}
+
+/// The store paths that the re-exports in `code` (module `module`) name.
+fn store_reexports(module: &Module, code: &str) -> Vec<String> {
+    reexports(code)
+        .into_iter()
+        .flat_map(|decl| references(module, decl))
+        .filter(|r| r.first().is_some_and(|t| t == "store"))
+        .map(|r| r.join("::"))
+        .collect()
+}
+
+/// The engine exposes its own types: a store type re-exported by the engine
+/// would reach the HTTP API and the CLI through it, so that they depend on the
+/// store after all. An engine type that stands for a store's converts at the
+/// store boundary (`From` in the engine); a concept the store only keeps (an
+/// idempotency key) lives below both, in the ledger.
+#[test]
+fn the_engine_reexports_no_store_type() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    modules(&src, &Vec::new(), &mut files);
+    let mut seen = 0;
+    for (module, code) in &files {
+        if module.first().is_some_and(|m| m == "engine") {
+            seen += reexports(code).len();
+            let found = store_reexports(module, code);
+            assert!(
+                found.is_empty(),
+                "crate::{} re-exports {}: the engine exposes its own types (convert at the \
+                 store boundary), never the store's",
+                module.join("::"),
+                found.join(", ")
+            );
+        }
+    }
+    assert!(seen > 0, "the scan found no `pub use` in crate::engine");
+}
+
+/// The scan finds the forms a re-export of the store takes, and only those.
+#[test]
+fn store_reexports_are_recognised() {
+    let cluster: Module = vec!["engine".into(), "cluster".into()];
+    for decl in [
+        "pub use crate::store::{valid_key, IdempotencyKey};",
+        "pub use crate::store::cluster::LeaseRow;",
+        "pub(crate) use crate::store::RecordKind;",
+        "pub use crate::{ledger::Ledger, store::cluster::{new_change_id, Decision}};",
+        "pub(super) use super::super::store::cluster::LayoutRow;",
+        "pub\n    use crate::store::cluster::{\n        CrossCommit,\n    };",
+    ] {
+        assert!(
+            !store_reexports(&cluster, decl).is_empty(),
+            "missed: {decl}"
+        );
+    }
+    for decl in [
+        "use crate::store::cluster::LeaseRow;",
+        "pub use crate::ledger::IdempotencyKey;",
+        "pub use super::shards::ShardLayout;",
+        "pub fn view() -> crate::store::cluster::NodeRow {}",
+        "pub user: crate::store::X,",
+    ] {
+        assert!(
+            store_reexports(&cluster, decl).is_empty(),
+            "not one: {decl}"
+        );
+    }
+}

@@ -112,7 +112,7 @@ async fn cluster_view(State(state): S, Auth(claims): Auth) -> ApiResult<Json<Clu
     };
     let ttl = node.config.lease_ttl.as_millis() as u64;
     let (nodes, leases) = node.view().await?;
-    let live = |l: &crate::engine::cluster::LeaseRow| l.owner.is_some() && l.expires_in_ms > 0;
+    let live = |l: &crate::engine::cluster::Lease| l.owner.is_some() && l.expires_in_ms > 0;
     let nodes = nodes
         .into_iter()
         .map(|n| ClusterNodeView {

@@ -7,7 +7,7 @@
 //! request: 422).
 
 use super::problem::Problem;
-use crate::engine::{valid_key, IdempotencyKey};
+use crate::ledger::{valid_key, IdempotencyKey};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::HeaderValue;

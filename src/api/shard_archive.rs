@@ -19,7 +19,7 @@ use super::shard_release::{
 };
 use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
-use crate::engine::cluster::shard_release::{RecordKind, ShardChange};
+use crate::engine::cluster::shard_release::{ShardChange, ShardRecordKind};
 use crate::engine::cluster::{ClusterNode, ShardLayout};
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
@@ -95,7 +95,7 @@ async fn archive_across(shards: &Shards) -> Result<(), Response> {
         let committed = commit(
             shards,
             &id,
-            RecordKind::Archived,
+            ShardRecordKind::Archived,
             Vec::new(),
             &prepared,
             None,

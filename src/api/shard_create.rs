@@ -16,7 +16,7 @@ use super::shard_policy::check_policy;
 use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
 use crate::engine::cluster::shard_release::label_names;
-use crate::engine::cluster::{shard_id, shards_for, ClusterNode, LayoutRow, ShardLayout};
+use crate::engine::cluster::{shard_id, shards_for, ClusterNode, ShardLayout};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -114,19 +114,13 @@ async fn create_inner(
     }
     let spec = serde_json::to_string(&spec)
         .map_err(|e| Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let row = LayoutRow {
-        dataset: body.id.clone(),
-        examples: n,
-        shards: k,
-        spec,
-    };
-    if !node.claim_layout(&row).await? {
+    let layout = Arc::new(ShardLayout::new(body.id.clone(), n, k, spec));
+    if !node.claim_layout(&layout).await? {
         return Err(Problem::conflict(format!(
             "dataset {:?} already exists",
             body.id
         )));
     }
-    let layout = Arc::new(ShardLayout::of(&row));
     let targets = node.spread(layout.ranges.len());
     let mut tasks = Vec::new();
     for (s, range) in layout.ranges.iter().enumerate() {

@@ -17,7 +17,7 @@ use super::shard_release::{
 use super::shard_routes::Shards;
 use super::state::AppState;
 use crate::engine::cluster::shard_labels::{dataset_label_names, split_labels};
-use crate::engine::cluster::shard_release::{RecordKind, ShardChange};
+use crate::engine::cluster::shard_release::{ShardChange, ShardRecordKind};
 use crate::engine::cluster::{ClusterNode, ShardLayout};
 use crate::engine::EngineError;
 use crate::release::{LabelAssignment, Labels};
@@ -81,7 +81,7 @@ async fn set_labels(
     Ok(commit_each(
         &shards,
         &id,
-        RecordKind::Labels,
+        ShardRecordKind::Labels,
         payloads,
         &prepared,
         key,

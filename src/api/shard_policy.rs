@@ -31,10 +31,11 @@ use super::state::AppState;
 use crate::engine::cluster::shard_labels::dataset_label_names;
 use crate::engine::cluster::shard_policy::ShardPolicyHook;
 use crate::engine::cluster::shard_release::{
-    check_interactive, check_sharded_request, RecordKind, ShardChange,
+    check_interactive, check_sharded_request, ShardChange, ShardRecordKind,
 };
 use crate::engine::cluster::{ClusterNode, ShardLayout};
-use crate::engine::{BudgetRefusal, EngineError, EngineResult, IdempotencyKey};
+use crate::engine::{BudgetRefusal, EngineError, EngineResult};
+use crate::ledger::IdempotencyKey;
 use crate::release::{ReleasePolicy, ReleaseTrigger};
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -120,7 +121,7 @@ async fn set_policy(
     Ok(commit(
         &shards,
         &id,
-        RecordKind::ReleasePolicy,
+        ShardRecordKind::ReleasePolicy,
         payload,
         &prepared,
         key,

@@ -25,10 +25,11 @@ use super::state::AppState;
 use crate::engine::cluster::shard_labels::dataset_label_names;
 use crate::engine::cluster::shard_release::{
     check_interactive, check_sharded_request, new_change_id, release_of_shards, Apart, CrossCommit,
-    Decision, Prepared, RecordKind, ShardChange,
+    Decision, Prepared, ShardChange, ShardRecordKind,
 };
 use crate::engine::cluster::{ClusterNode, MarkRefusal, ShardLayout};
-use crate::engine::{EngineError, IdempotencyKey, ReleaseOutcome};
+use crate::engine::{EngineError, ReleaseOutcome};
+use crate::ledger::IdempotencyKey;
 use crate::release::{BudgetRequest, BudgetStatus, ReleaseRequest, ReleaseTrigger};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, Method, StatusCode};
@@ -402,7 +403,7 @@ pub(super) fn apart(detail: String) -> Response {
 pub(super) async fn commit(
     shards: &Shards,
     id: &str,
-    kind: RecordKind,
+    kind: ShardRecordKind,
     payload: Vec<u8>,
     prepared: &[Prepared],
     key: Option<IdempotencyKey>,
@@ -418,7 +419,7 @@ pub(super) async fn commit(
 pub(super) async fn commit_each(
     shards: &Shards,
     id: &str,
-    kind: RecordKind,
+    kind: ShardRecordKind,
     payloads: Vec<Vec<u8>>,
     prepared: &[Prepared],
     key: Option<IdempotencyKey>,
@@ -558,7 +559,7 @@ pub(super) async fn release_across(
         return Ok(commit(
             shards,
             &id,
-            RecordKind::Release,
+            ShardRecordKind::Release,
             payload,
             &prepared,
             key,
@@ -606,7 +607,7 @@ async fn set_budget(
     Ok(commit(
         &shards,
         &id,
-        RecordKind::BudgetChange,
+        ShardRecordKind::BudgetChange,
         payload,
         &prepared,
         key,

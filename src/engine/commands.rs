@@ -7,10 +7,12 @@ use super::dataset::{valid_dataset_id, Dataset};
 use super::error::{EngineError, EngineResult};
 use super::idempotency::Persisted;
 use super::Engine;
-use crate::ledger::{DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport};
+use crate::ledger::{
+    DatasetConfig, IdempotencyKey, Ledger, RefreshOutcome, StepOutcome, StepReport,
+};
 use crate::release::{LabelAssignment, ReleasePolicy};
 use crate::store::codec::StepPayload;
-use crate::store::{IdempotencyKey, Record, RecordKind, StoreError};
+use crate::store::{Record, RecordKind, StoreError};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -9,8 +9,8 @@
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
 use super::Engine;
-use crate::ledger::Ledger;
-use crate::store::{IdempotencyKey, Record, StoreError, StoredKey};
+use crate::ledger::{IdempotencyKey, Ledger};
+use crate::store::{Record, StoreError, StoredKey};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

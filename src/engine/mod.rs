@@ -65,9 +65,6 @@ mod snapshot_codec;
 mod snapshots;
 mod storage;
 
-/// The change's idempotency key as the engine takes it (stored by the store with
-/// the change's records), and the check of its form, for the HTTP extractor.
-pub use crate::store::{valid_key, IdempotencyKey};
 pub use archive::ArchivedAnswer;
 pub use book::{PolicyRefusal, ReleaseBook};
 pub use commands::{payload_from_report, report_from_payload, DatasetSetup};
@@ -82,7 +79,7 @@ pub use storage::{
     DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
 };
 
-use crate::ledger::Ledger;
+use crate::ledger::{IdempotencyKey, Ledger};
 use crate::store::{
     append_fenced_async, append_keyed_async, Record, RecordKind, Store, StoreError,
 };

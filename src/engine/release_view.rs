@@ -39,9 +39,8 @@ use super::{Engine, ReleaseOutcome};
 use crate::accounting::pld::PldEvent;
 use crate::accounting::Conversion;
 use crate::ledger::bounds::{capped_value, combine_worst_case, PldWorstCase};
-use crate::ledger::{Ledger, ViewToken, WorstCase};
+use crate::ledger::{IdempotencyKey, Ledger, ViewToken, WorstCase};
 use crate::release::{compute, rdp_of_rho, Labels, Release, ReleaseRequest, ReleaseTrigger};
-use crate::store::IdempotencyKey;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -12,11 +12,11 @@ use super::dataset::Dataset;
 use super::error::{BudgetRefusal, EngineError, EngineResult};
 use super::idempotency::Persisted;
 use super::Engine;
-use crate::ledger::Ledger;
+use crate::ledger::{IdempotencyKey, Ledger};
 use crate::release::{
     rdp_of_rho, BudgetStatus, LabelAssignment, LeftOut, Release, ReleasePolicy, ReleaseRecord,
 };
-use crate::store::{IdempotencyKey, RecordKind, StoredKey};
+use crate::store::{RecordKind, StoredKey};
 use serde::Serialize;
 use std::sync::Arc;
 

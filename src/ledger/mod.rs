@@ -79,6 +79,7 @@ mod dataset;
 mod error;
 pub mod estimate;
 mod filter;
+pub mod idempotency;
 mod pld_events;
 mod prefix;
 mod protocol;
@@ -99,6 +100,7 @@ pub use dataset::{
 pub use error::{ErrorKind, LedgerError};
 pub use estimate::{EstimateInput, LevelSteps, PldEstimate};
 pub use filter::FILTER_MARGIN;
+pub use idempotency::{valid_key, IdempotencyKey};
 pub use protocol::{
     check_norms, Bound, ExamplePrivacy, FilterStatus, LabelBudgetStatus, LedgerKind, LedgerStatus,
     Part, PendingStatus, PrivacyKind, PrivacyPart, RefreshDue, RefreshOutcome, StepOutcome,

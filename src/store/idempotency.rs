@@ -1,7 +1,10 @@
 //! Idempotency keys: a change sent with a client's key is stored
 //! with that key, in the same transaction as its records, so that a retry of
 //! the same request is recognised after a restart, a failover, or a commit
-//! whose outcome was unknown, and is never applied twice.
+//! whose outcome was unknown, and is never applied twice. The key and the
+//! check of its form are the protocol's
+//! ([`IdempotencyKey`](crate::ledger::IdempotencyKey)); this module is how the
+//! store keeps it.
 //!
 //! Kept in a table of its own beside the log, rather than in the records, so
 //! that the record format and its checksums do not change:
@@ -20,23 +23,9 @@
 //! the table gets it when opened (no schema version change; an older build
 //! ignores it).
 
-/// Longest key accepted, in bytes.
-pub const MAX_KEY_BYTES: usize = 255;
-
 /// Longest answer stored with a key, in bytes (a release with many groups is a
 /// few hundred kilobytes at most).
 pub const MAX_ANSWER_BYTES: usize = 16 << 20;
-
-/// A client's key for one change, stored with the change's records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey {
-    /// The key as the client sent it: 1 to [`MAX_KEY_BYTES`] visible ASCII characters.
-    pub key: String,
-    /// Digest of the request it was sent with (same key with another request: refused).
-    pub request: Vec<u8>,
-    /// What a retry is answered from (the caller's encoding; may be empty).
-    pub answer: Vec<u8>,
-}
 
 /// A key found in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,12 +36,6 @@ pub struct StoredKey {
     pub request: Vec<u8>,
     /// What the change stored for its retries.
     pub answer: Vec<u8>,
-}
-
-/// Whether `key` is acceptable: 1 to [`MAX_KEY_BYTES`] visible ASCII characters
-/// (no spaces or control characters).
-pub fn valid_key(key: &str) -> bool {
-    (1..=MAX_KEY_BYTES).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// Creates the table in a store that has none (both backends; run at open).
@@ -78,20 +61,3 @@ pub(crate) const SQLITE_TABLE_SQL: &str = "
         PRIMARY KEY (dataset, key)
     ) STRICT;
 ";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_visible_ascii_of_bounded_length() {
-        assert!(valid_key("a"));
-        assert!(valid_key("8e0f6c2a-2f7b-4c55-9a8e-0c3b7d1f9e21"));
-        assert!(valid_key(&"k".repeat(MAX_KEY_BYTES)));
-        assert!(!valid_key(""));
-        assert!(!valid_key(&"k".repeat(MAX_KEY_BYTES + 1)));
-        assert!(!valid_key("a b"));
-        assert!(!valid_key("a\nb"));
-        assert!(!valid_key("clé"));
-    }
-}

@@ -93,7 +93,10 @@ pub use pg::single_node::{hold_single_node_lock, SingleNodeLock};
 pub(crate) use rows::{pipelined_load, prepare_keyed, Prepared, RawRow, RowChecker};
 
 pub use codec::{CodecError, StepPayload};
-pub use idempotency::{valid_key, IdempotencyKey, StoredKey};
+pub use idempotency::StoredKey;
+// The key a keyed change is stored with is the ledger's (the protocol's retry
+// rule); the store only keeps it.
+use crate::ledger::{valid_key, IdempotencyKey};
 pub use snapshots::{CompactionInfo, DatasetStorage, SnapshotInfo, StorageStats, CHUNK_BYTES};
 
 /// The store the server uses when none is configured.

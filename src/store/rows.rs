@@ -117,7 +117,7 @@ pub(crate) fn prepare_keyed(
         if !super::valid_key(&key.key) {
             return Err(invalid(format!(
                 "idempotency key must be 1 to {} visible ASCII characters",
-                super::idempotency::MAX_KEY_BYTES
+                crate::ledger::idempotency::MAX_KEY_BYTES
             )));
         }
         if key.answer.len() > super::idempotency::MAX_ANSWER_BYTES {

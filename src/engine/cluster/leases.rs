@@ -163,7 +163,7 @@ impl Engine {
         } else {
             self.share_round(node, snapshots).await;
         }
-        if let Ok(leases) = node.db.leases().await {
+        if let Ok(leases) = node.read_leases().await {
             node.remember_leases(leases);
         }
         metrics::gauge!("dpledger_cluster_datasets_owned").set(self.datasets.len() as f64);
@@ -174,7 +174,7 @@ impl Engine {
     async fn share_round(&self, node: &Arc<ClusterNode>, snapshots: SnapshotPolicy) {
         let me = node.config.node_id.as_str();
         let ttl = node.config.lease_ttl;
-        let (nodes, leases) = match (node.db.nodes().await, node.db.leases().await) {
+        let (nodes, leases) = match (node.db.nodes().await, node.read_leases().await) {
             (Ok(n), Ok(l)) => (n, l),
             (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!(error = %e, "reading the cluster failed");

@@ -42,17 +42,42 @@ pub use shards::{
 
 use super::error::{EngineError, EngineResult};
 use super::{Dataset, Engine, SnapshotPolicy};
-/// A sharded dataset's layout as recorded.
-pub use crate::store::cluster::LayoutRow;
-/// A dataset's lease as the cluster map shows it.
-pub use crate::store::cluster::LeaseRow;
-use crate::store::cluster::{ClusterDb, NodeMemory, NodeRow};
-use crate::store::Store;
+use crate::store::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};
+use crate::store::{Store, StoreError};
 use dashmap::DashMap;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A dataset's lease as routing and the cluster map see it: the engine's own,
+/// read from the store's row at the boundary (`ClusterNode::read_leases`),
+/// so that callers above the engine never name a store type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// The dataset.
+    pub dataset: String,
+    /// The holder (`None`: released, anyone may take it).
+    pub owner: Option<String>,
+    /// The holder's advertised URL, when the holder is registered.
+    pub advertise: Option<String>,
+    /// Bumped at every takeover; the log's records carry it.
+    pub epoch: u64,
+    /// Milliseconds until it expires by the database's clock (negative: expired).
+    pub expires_in_ms: i64,
+}
+
+impl From<LeaseRow> for Lease {
+    fn from(row: LeaseRow) -> Lease {
+        Lease {
+            dataset: row.dataset,
+            owner: row.owner,
+            advertise: row.advertise,
+            epoch: row.epoch,
+            expires_in_ms: row.expires_in_ms,
+        }
+    }
+}
 
 /// How this node takes part in a cluster (`dpledger serve --cluster`).
 #[derive(Debug, Clone)]
@@ -84,7 +109,7 @@ pub struct ClusterNode {
     adopting: Mutex<HashSet<String>>,
     /// The leases as last read and when, for routing (refreshed by the lease
     /// loop every quarter TTL).
-    leases: Mutex<(Option<Instant>, Vec<LeaseRow>)>,
+    leases: Mutex<(Option<Instant>, Vec<Lease>)>,
     /// The nodes as last read (heartbeats and memory), for placement.
     nodes: Mutex<Vec<NodeRow>>,
     /// Signalled when a draining node holds no dataset any more.
@@ -242,13 +267,13 @@ impl ClusterNode {
 
     /// The lease of `id` as last read (refreshed from the database when it is
     /// not known or expired), for routing.
-    pub async fn lease_of(&self, id: &str) -> Option<LeaseRow> {
+    pub async fn lease_of(&self, id: &str) -> Option<Lease> {
         self.lease_lookup_cached(id).await.ok().flatten()
     }
 
     /// As [`ClusterNode::lease_of`], with a failed read of the database as
     /// `Err` rather than as no lease.
-    pub async fn lease_lookup_cached(&self, id: &str) -> EngineResult<Option<LeaseRow>> {
+    pub async fn lease_lookup_cached(&self, id: &str) -> EngineResult<Option<Lease>> {
         let cached = {
             let cache = self.leases.lock().unwrap_or_else(|e| e.into_inner());
             let age = cache.0.map(|at| at.elapsed().as_millis() as i64);
@@ -271,23 +296,29 @@ impl ClusterNode {
     /// Dataset `id`'s lease read from the database (as [`ClusterNode::lease_of`]
     /// without the cache): `Err` when the read failed, which is not "no lease"
     /// (routing's negative cache must not remember a name it could not read).
-    pub async fn lease_lookup(&self, id: &str) -> EngineResult<Option<LeaseRow>> {
-        let fresh = self.db.leases().await.map_err(EngineError::store)?;
+    pub async fn lease_lookup(&self, id: &str) -> EngineResult<Option<Lease>> {
+        let fresh = self.read_leases().await.map_err(EngineError::store)?;
         let found = fresh.iter().find(|l| l.dataset == id).cloned();
         self.remember_leases(fresh);
         Ok(found)
     }
 
-    pub(super) fn remember_leases(&self, leases: Vec<LeaseRow>) {
+    pub(super) fn remember_leases(&self, leases: Vec<Lease>) {
         self.unknown.forget_leased(&leases);
         *self.leases.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), leases);
     }
 
     /// Every node and every lease, from the database.
-    pub async fn view(&self) -> EngineResult<(Vec<NodeRow>, Vec<LeaseRow>)> {
+    pub async fn view(&self) -> EngineResult<(Vec<NodeRow>, Vec<Lease>)> {
         let nodes = self.db.nodes().await.map_err(EngineError::store)?;
-        let leases = self.db.leases().await.map_err(EngineError::store)?;
+        let leases = self.read_leases().await.map_err(EngineError::store)?;
         Ok((nodes, leases))
+    }
+
+    /// Every lease, read from the database.
+    pub(super) async fn read_leases(&self) -> Result<Vec<Lease>, StoreError> {
+        let rows = self.db.leases().await?;
+        Ok(rows.into_iter().map(Lease::from).collect())
     }
 
     /// Asks node `id` to drain (it sees the flag at its next heartbeat);

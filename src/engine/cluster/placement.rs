@@ -9,7 +9,7 @@
 //! old: placement is advice, never a safety property (the lease decides who
 //! writes).
 
-use super::{ClusterNode, LeaseRow, NodeRow};
+use super::{ClusterNode, Lease, NodeRow};
 use crate::engine::Engine;
 use crate::store::cluster::NodeMemory;
 use std::time::Duration;
@@ -50,7 +50,7 @@ pub struct Share {
 impl Share {
     /// `me`'s share, from the nodes and leases as read (every lease counts,
     /// live or not: each dataset needs an owner).
-    pub fn of(me: &str, nodes: &[NodeRow], leases: &[LeaseRow], ttl: Duration) -> Share {
+    pub fn of(me: &str, nodes: &[NodeRow], leases: &[Lease], ttl: Duration) -> Share {
         let owned_by = |id: &str| {
             leases
                 .iter()
@@ -148,8 +148,8 @@ mod tests {
         }
     }
 
-    fn lease(d: &str, owner: Option<&str>, live: bool) -> LeaseRow {
-        LeaseRow {
+    fn lease(d: &str, owner: Option<&str>, live: bool) -> Lease {
+        Lease {
             dataset: d.into(),
             owner: owner.map(String::from),
             advertise: None,
@@ -190,7 +190,7 @@ mod tests {
             node("b", None, 0, false),
             node("c", None, 0, false),
         ];
-        let mut leases: Vec<LeaseRow> = (0..6)
+        let mut leases: Vec<Lease> = (0..6)
             .map(|i| lease(&format!("d{i}"), Some(if i < 3 { "a" } else { "b" }), true))
             .collect();
         let a = Share::of("a", &nodes, &leases, TTL);

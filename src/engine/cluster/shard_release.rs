@@ -34,22 +34,105 @@ use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::now_secs;
 use crate::engine::Engine;
+use crate::ledger::IdempotencyKey;
 use crate::ledger::Ledger;
 use crate::release::{
     BudgetStatus, QuantileMethod, Release, ReleasePolicy, ReleaseRequest, ReleaseSummary,
     ReleaseTrigger,
 };
-/// What a commit across shards did, and a change's decision.
-pub use crate::store::cluster::{new_change_id, CrossCommit, Decision};
-/// The kind of the records a change across shards writes.
-pub use crate::store::RecordKind;
-use crate::store::{IdempotencyKey, Record, StoredRecord};
+use crate::store::cluster as stored;
+use crate::store::{Record, RecordKind, StoredRecord};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::sync::RwLockWriteGuard;
+
+/// A fresh id for a change across shards. The engine's, so that the
+/// coordinator never names the store; the id's form (the time it was made,
+/// then random bits) is the store's, whose commit reads that time to refuse a
+/// change too old to commit
+/// ([`CHANGE_COMMITS_WITHIN`](crate::store::cluster::CHANGE_COMMITS_WITHIN)).
+pub fn new_change_id() -> String {
+    stored::new_change_id()
+}
+
+/// What a commit across shards did ([`Engine::commit_across`]): the engine's
+/// own answer (the store's, converted at the boundary), so that callers above
+/// the engine never name a store type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrossCommit {
+    /// Every record is in the log: their sequence numbers, in order (empty
+    /// when the commit was known only from its decision row).
+    Committed(Vec<u64>),
+    /// Nothing was written: a shard's epoch is no longer its lease's (named).
+    Fenced(String),
+    /// Nothing was written: the change was already decided (an owner aborted
+    /// it when its wait ran out).
+    Decided,
+    /// Nothing was written: the idempotency key is stored already.
+    KeyUsed,
+}
+
+impl From<stored::CrossCommit> for CrossCommit {
+    fn from(c: stored::CrossCommit) -> CrossCommit {
+        match c {
+            stored::CrossCommit::Committed(seqs) => CrossCommit::Committed(seqs),
+            stored::CrossCommit::Fenced(detail) => CrossCommit::Fenced(detail),
+            stored::CrossCommit::Decided => CrossCommit::Decided,
+            stored::CrossCommit::KeyUsed => CrossCommit::KeyUsed,
+        }
+    }
+}
+
+/// A change's decision as recorded ([`Engine::decide_shard_change`]): the
+/// engine's own (the store's, converted at the boundary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Its records are in the logs.
+    Committed,
+    /// None of its records is, nor ever will be.
+    Aborted,
+}
+
+impl From<stored::Decision> for Decision {
+    fn from(d: stored::Decision) -> Decision {
+        match d {
+            stored::Decision::Committed => Decision::Committed,
+            stored::Decision::Aborted => Decision::Aborted,
+        }
+    }
+}
+
+/// The kind of the record a change across shards writes on each shard: only
+/// the kinds such a change can write, so that a caller cannot commit, say, a
+/// step across shards, and never names the store's [`RecordKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardRecordKind {
+    /// A release charged to every shard.
+    Release,
+    /// A new release budget.
+    BudgetChange,
+    /// A new release policy, or none.
+    ReleasePolicy,
+    /// Labels after creation.
+    Labels,
+    /// The dataset archived.
+    Archived,
+}
+
+impl From<ShardRecordKind> for RecordKind {
+    fn from(kind: ShardRecordKind) -> RecordKind {
+        match kind {
+            ShardRecordKind::Release => RecordKind::Release,
+            ShardRecordKind::BudgetChange => RecordKind::BudgetChange,
+            ShardRecordKind::ReleasePolicy => RecordKind::ReleasePolicy,
+            ShardRecordKind::Labels => RecordKind::Labels,
+            ShardRecordKind::Archived => RecordKind::Archived,
+        }
+    }
+}
 
 /// A change of a sharded dataset prepared on every shard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -362,7 +445,7 @@ impl Engine {
         let mut backoff = Duration::from_millis(50);
         let decision = loop {
             match node.changes.decide(&id).await {
-                Ok(d) => break d,
+                Ok(d) => break Decision::from(d),
                 Err(e) => {
                     // Undecided: the writes stay held (a commit may still land)
                     // unless the shard left this node, whose successor replays
@@ -526,7 +609,11 @@ impl Engine {
                 }
             }
         }
-        node.changes.decide(id).await.map_err(EngineError::store)
+        node.changes
+            .decide(id)
+            .await
+            .map(Decision::from)
+            .map_err(EngineError::store)
     }
 
     /// The coordinator's commit of change `id` across shards (module note,
@@ -536,7 +623,7 @@ impl Engine {
     pub async fn commit_across(
         &self,
         id: &str,
-        kind: RecordKind,
+        kind: ShardRecordKind,
         payload: Vec<u8>,
         shards: Vec<(String, u64)>,
         key: Option<(String, IdempotencyKey)>,
@@ -553,7 +640,7 @@ impl Engine {
     pub async fn commit_each_across(
         &self,
         id: &str,
-        kind: RecordKind,
+        kind: ShardRecordKind,
         shards: Vec<(String, u64, Vec<u8>)>,
         key: Option<(String, IdempotencyKey)>,
     ) -> EngineResult<CrossCommit> {
@@ -563,7 +650,7 @@ impl Engine {
             .map(|(dataset, epoch, payload)| {
                 let record = Record {
                     dataset,
-                    kind,
+                    kind: kind.into(),
                     step: None,
                     part: None,
                     payload,
@@ -572,16 +659,16 @@ impl Engine {
             })
             .collect();
         match node.changes.commit_across(id, records, key).await {
-            Ok(c) => Ok(c),
+            Ok(c) => Ok(c.into()),
             // Unknown: decide it (abort unless the commit landed).
             // The commit's answer was lost but PostgreSQL decided it: the
             // coordinator still holds the answer, so the caller gets it.
             Err(e) => match node.changes.decide(id).await {
-                Ok(Decision::Committed) => {
+                Ok(stored::Decision::Committed) => {
                     tracing::warn!(change = %id, error = %e, "a commit across shards answered an error but was committed");
                     Ok(CrossCommit::Committed(Vec::new()))
                 }
-                Ok(Decision::Aborted) => Err(EngineError::Unavailable(format!(
+                Ok(stored::Decision::Aborted) => Err(EngineError::Unavailable(format!(
                     "the change across shards was not committed ({e}): retry"
                 ))),
                 // Neither the commit nor its decision answered: whether the

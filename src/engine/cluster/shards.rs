@@ -184,14 +184,37 @@ pub struct ShardLayout {
 }
 
 impl ShardLayout {
-    /// The layout a recorded row describes.
-    pub fn of(row: &LayoutRow) -> ShardLayout {
+    /// The layout of `dataset`: `examples` in `shards` ranges
+    /// ([`shard_ranges`]), created with `spec` (the creation's canonical
+    /// specification).
+    pub fn new(dataset: String, examples: u64, shards: u32, spec: String) -> ShardLayout {
         ShardLayout {
-            dataset: row.dataset.clone(),
-            examples: row.examples,
-            ranges: shard_ranges(row.examples, row.shards),
-            spec: row.spec.clone(),
-            label_names: super::shard_release::label_names(&row.spec),
+            dataset,
+            examples,
+            ranges: shard_ranges(examples, shards),
+            label_names: super::shard_release::label_names(&spec),
+            spec,
+        }
+    }
+
+    /// The layout a recorded row describes.
+    fn of(row: &LayoutRow) -> ShardLayout {
+        ShardLayout::new(
+            row.dataset.clone(),
+            row.examples,
+            row.shards,
+            row.spec.clone(),
+        )
+    }
+
+    /// The row that records it (the store's, so that the engine alone names
+    /// it: callers claim a [`ShardLayout`]).
+    fn row(&self) -> LayoutRow {
+        LayoutRow {
+            dataset: self.dataset.clone(),
+            examples: self.examples,
+            shards: self.ranges.len() as u32,
+            spec: self.spec.clone(),
         }
     }
 
@@ -263,14 +286,15 @@ impl ClusterNode {
     /// Records a sharded dataset's layout before its shards are created:
     /// `false` when the name is taken (by an unsharded dataset, or by a
     /// different layout; the same layout again is a retry and succeeds).
-    pub async fn claim_layout(&self, row: &LayoutRow) -> EngineResult<bool> {
+    pub async fn claim_layout(&self, layout: &ShardLayout) -> EngineResult<bool> {
         if self.is_draining() || !self.leases_valid() {
-            return Err(super::not_owner(&row.dataset));
+            return Err(super::not_owner(&layout.dataset));
         }
+        let row = layout.row();
         self.forget_absent(&row.dataset);
         let claim = self
             .db
-            .claim_layout(row)
+            .claim_layout(&row)
             .await
             .map_err(EngineError::store)?;
         self.forget_absent(&row.dataset);

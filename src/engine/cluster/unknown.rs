@@ -10,7 +10,7 @@
 //! Bounded: at most [`UNKNOWN_MAX`] names, the cache then declining new ones
 //! (they cost their reads, as without a cache).
 
-use super::{owning_dataset, ClusterNode, LeaseRow};
+use super::{owning_dataset, ClusterNode, Lease};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ impl UnknownIds {
 
     /// Forgets every dataset that has a lease in `leases`, and the sharded
     /// dataset of every shard that has one.
-    pub(super) fn forget_leased(&self, leases: &[LeaseRow]) {
+    pub(super) fn forget_leased(&self, leases: &[Lease]) {
         let mut found = self.found();
         if found.is_empty() {
             return;
@@ -101,8 +101,8 @@ impl ClusterNode {
 mod tests {
     use super::*;
 
-    fn lease(dataset: &str) -> LeaseRow {
-        LeaseRow {
+    fn lease(dataset: &str) -> Lease {
+        Lease {
             dataset: dataset.into(),
             owner: None,
             advertise: None,
