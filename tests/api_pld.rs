@@ -163,7 +163,7 @@ fn shuffle_worst_case_is_one_gaussian_per_epoch() {
     let (n, batch, sigma, epochs) = (4u64, 2u64, 2.0, 9u64);
     let config = json!({"examples": n, "max_grad_norm": 1.0, "rounding": 0.01,
         "noise_multiplier": sigma, "sampling": {"kind": "shuffle", "batch_size": batch},
-        "delta": 1e-5});
+        "delta": 1e-5, "thresholds": "sampled"});
     let r = post(
         &format!("{}/v1/datasets", server.url),
         Some(&admin),
@@ -377,7 +377,7 @@ fn shuffle_pld_estimate_is_the_gaussian_composition_of_its_processings() {
     let (n, batch, sigma, epochs) = (4u64, 2u64, 2.0, 9u64);
     let config = json!({"examples": n, "max_grad_norm": 1.0, "rounding": 0.01,
         "noise_multiplier": sigma, "sampling": {"kind": "shuffle", "batch_size": batch},
-        "delta": 1e-5});
+        "delta": 1e-5, "thresholds": "sampled"});
     let r = post(
         &format!("{}/v1/datasets", server.url),
         Some(&admin),

@@ -42,7 +42,8 @@ impl StepMechanism {
         }
     }
 
-    fn sigma(&self) -> f64 {
+    /// The noise multiplier.
+    pub fn sigma(&self) -> f64 {
         match *self {
             StepMechanism::Poisson { sigma, .. } | StepMechanism::Gaussian { sigma } => sigma,
         }

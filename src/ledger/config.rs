@@ -223,8 +223,15 @@ impl DatasetConfig {
     /// The result is what the log stores, so a replay never re-derives it.
     pub fn with_creation_defaults(mut self) -> Result<Self> {
         if self.thresholds.is_none() {
+            // A shard of a shuffled dataset (`epoch_steps`) is sampled only.
             let predictable = self.clipping == Clipping::PerExample
-                && matches!(self.sampling, Sampling::Poisson { .. });
+                && !matches!(
+                    self.sampling,
+                    Sampling::Shuffle {
+                        epoch_steps: Some(_),
+                        ..
+                    }
+                );
             self.thresholds = Some(if predictable {
                 ThresholdMode::Predictable
             } else {
@@ -232,22 +239,30 @@ impl DatasetConfig {
             });
         }
         self.validate()?;
-        // The predictable mode is Poisson only (validated above).
-        if let (true, None, Sampling::Poisson { rate }) =
-            (self.is_predictable(), &self.ex_post, self.sampling)
-        {
+        if self.is_predictable() && self.ex_post.is_none() {
             let orders = self.sorted_orders()?;
             let grid = self.grid()?;
-            let mechanism = crate::accounting::table::StepMechanism::Poisson {
-                q: rate,
-                sigma: self.noise_multiplier,
+            use crate::accounting::table::StepMechanism;
+            // Planned charges: Poisson steps, or shuffled epochs (one
+            // Gaussian charge each).
+            let (mechanism, charges) = match (self.sampling, self.steps_per_epoch()) {
+                (Sampling::Poisson { rate }, _) => (
+                    StepMechanism::Poisson {
+                        q: rate,
+                        sigma: self.noise_multiplier,
+                    },
+                    self.planned_steps_or_default(),
+                ),
+                (Sampling::Shuffle { .. }, epoch) => (
+                    StepMechanism::Gaussian {
+                        sigma: self.noise_multiplier,
+                    },
+                    self.planned_steps_or_default()
+                        .div_ceil(epoch.unwrap_or(1).max(1)),
+                ),
             };
             let chosen = crate::accounting::ex_post::default_ex_post_orders(
-                &orders,
-                mechanism,
-                self.planned_steps_or_default(),
-                &grid,
-                self.delta,
+                &orders, mechanism, charges, &grid, self.delta,
             );
             let weights = crate::accounting::ex_post::equal_weights(chosen.len());
             self.ex_post = Some(ExPostOrders {
@@ -369,10 +384,16 @@ impl DatasetConfig {
                     "global clipping has no per-example thresholds to predict; use \"sampled\" (every per-example number is then an estimate)",
                 ));
             }
-            if matches!(self.sampling, Sampling::Shuffle { .. }) {
+            if matches!(
+                self.sampling,
+                Sampling::Shuffle {
+                    epoch_steps: Some(_),
+                    ..
+                }
+            ) {
                 return Err(InvalidArgument::new(
                     "thresholds",
-                    "shuffled batches support only \"sampled\" thresholds for now (every per-example number an estimate; the worst case stays a guarantee)",
+                    "a shard of a shuffled dataset takes only \"sampled\" thresholds (every per-example number an estimate; the worst case stays a guarantee)",
                 ));
             }
         }
@@ -388,6 +409,24 @@ impl DatasetConfig {
                     "refresh.full_every",
                     "must be at least 1",
                 ));
+            }
+            if let Some(epoch) = self.steps_per_epoch() {
+                // Shuffled batches: thresholds change only at epoch
+                // boundaries (spec §3.6).
+                if schedule.block.is_some() {
+                    return Err(InvalidArgument::new(
+                        "refresh.block",
+                        "with shuffled batches thresholds change only at epoch boundaries: refresh by full passes (refresh.full_every, a multiple of the epoch's steps)",
+                    ));
+                }
+                if let Some(e) = schedule.full_every.filter(|e| e % epoch != 0) {
+                    return Err(InvalidArgument::new(
+                        "refresh.full_every",
+                        format!(
+                            "with shuffled batches thresholds change only at epoch boundaries: must be a multiple of the epoch's {epoch} steps, got {e}"
+                        ),
+                    ));
+                }
             }
             match schedule.block {
                 Some(0) => return Err(InvalidArgument::new("refresh.block", "must be at least 1")),

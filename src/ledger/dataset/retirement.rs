@@ -123,7 +123,13 @@ impl Ledger {
         let class = filter.class(i);
         let value = self.value_at(i, now, class.index);
         let c = class.bound[self.bucket[i] as usize];
-        next_check(now, value, c, self.unsampled_rate(c), class.limit)
+        self.at_epoch_boundary(next_check(
+            now,
+            value,
+            c,
+            self.unsampled_rate(c),
+            class.limit,
+        ))
     }
 
     /// Retire example `i` at step `now`: settle its accrual, threshold 0.

@@ -34,12 +34,25 @@ impl Ledger {
                 };
                 StepMechanism::Poisson { q, sigma }
             }
-            Accrual::Shuffle(_) => {
+            Accrual::Shuffle(ref state) => {
                 if let Some(q) = report.sampling_rate {
                     return Err(LedgerError::invalid(
                         "sampling_rate",
                         format!("a shuffled dataset has no sampling rate (got {q}); only noise_multiplier may change per step"),
                     ));
+                }
+                // The predictable mode booked the epoch's charges at its first
+                // step: a later step may not add noise-less exposure.
+                if let Some(booked) = state.booked_sigma {
+                    let first = report.step % state.steps_per_epoch == 0;
+                    if !first && sigma < booked {
+                        return Err(LedgerError::invalid(
+                            "noise_multiplier",
+                            format!(
+                                "{sigma} is below {booked}, the noise multiplier this epoch's charge was booked at (its first step); a smaller one may start only at an epoch's first step"
+                            ),
+                        ));
+                    }
                 }
                 StepMechanism::Gaussian { sigma }
             }
@@ -200,12 +213,19 @@ impl Ledger {
         } else {
             self.filter.as_mut()
         };
+        let mut epoch_begins = false;
         let (prefix, shuffle_epoch) = match &mut self.accrual {
             Accrual::Poisson(prefix) => {
                 prefix.begin_step(t, params.mechanism, params.table.clone());
                 (Some(&*prefix), 0)
             }
-            Accrual::Shuffle(state) => (None, state.begin_step(t, params.table.row(self.top))),
+            Accrual::Shuffle(state) => {
+                epoch_begins = t % state.steps_per_epoch == 0;
+                if epoch_begins && !moves_thresholds {
+                    state.booked_sigma = Some(params.mechanism.sigma());
+                }
+                (None, state.begin_step(t, params.table.row(self.top)))
+            }
         };
         self.pld
             .record_step(params.mechanism, (!poisson).then_some(shuffle_epoch));
@@ -263,6 +283,13 @@ impl Ledger {
                     let at = next_check(now, value, c, rate, limit);
                     filter.schedule_by(id as u32, at);
                 }
+            }
+        }
+        if !poisson && !moves_thresholds {
+            // Predictable thresholds with shuffled batches (spec §3.6).
+            self.mark_processed(batches, shuffle_epoch);
+            if epoch_begins {
+                self.book_epoch(shuffle_segment, now);
             }
         }
         self.next_step = now;
