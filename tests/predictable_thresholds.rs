@@ -469,3 +469,62 @@ fn creation_records_the_mode_and_the_ex_post_orders() {
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(r.body["field"], "ex_post.orders");
 }
+
+/// The estimate reads the discounted ledger (spec §3 rule 4): a sampled
+/// example reported below its threshold is charged its clipped norm there,
+/// while its threshold ledger, ex-post bound and guarantee stay at the
+/// threshold; a restart keeps it.
+#[test]
+fn the_estimate_reads_the_discounted_ledger() {
+    use dpledger::accounting::conversion::{epsilon_at, Conversion};
+    use dpledger::accounting::sgm::sgm_rdp;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), None);
+    let (q, small) = (0.5, 0.2);
+    create(
+        &server,
+        "disc",
+        config(4, q, json!({"refresh": {"full_every": 100}})),
+    );
+    let r = refresh(&server, "disc", &[0, 1, 2, 3], &[1.0; 4]);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = step(&server, "disc", 0, &[0, 1], &[small, 1.0]);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = step(&server, "disc", 1, &[0], &[small]);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+
+    let answers: Vec<Value> = (0..4).map(|i| privacy(&server, "disc", i)).collect();
+    let [e0, e1, e2] = [0, 1, 2].map(|i| answers[i]["example"].clone());
+    // The proven parts are the same for all three: every one is charged at C.
+    for e in [&e1, &e2] {
+        assert_eq!(e["rdp"], e0["rdp"]);
+        assert_eq!(e["ex_post"], e0["ex_post"]);
+        assert_eq!(e["guarantee"], e0["guarantee"]);
+    }
+    // Reported at its threshold, or never sampled: no discount.
+    assert_eq!(e1["estimate"], e2["estimate"]);
+    // Twice at 0.2: R = R^thr - 2 (rho(C) - rho(0.2)) at every order.
+    let orders = dpledger::accounting::orders::ledger_orders();
+    let want = orders
+        .iter()
+        .zip(e0["rdp"].as_array().unwrap())
+        .map(|(&a, thr)| {
+            let discount = sgm_rdp(q, 1.0, a) - sgm_rdp(q, 1.0 / small, a);
+            let r = (f(thr) - 2.0 * discount).max(0.0);
+            epsilon_at(a, r, DELTA, Conversion::Improved)
+        })
+        .fold(f64::INFINITY, f64::min)
+        .max(0.0);
+    let got = f(&e0["estimate"]["epsilon"]);
+    assert!(
+        (got - want).abs() <= 1e-6 * want,
+        "estimate {got}, the discounted ledger gives {want}"
+    );
+    assert!(got < f(&e2["estimate"]["epsilon"]));
+    assert_eq!(e0["estimate"]["kind"], "estimate");
+
+    server.restart();
+    for (i, before) in answers.iter().enumerate() {
+        assert_eq!(&privacy(&server, "disc", i as u64), before, "example {i}");
+    }
+}

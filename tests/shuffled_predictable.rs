@@ -348,8 +348,14 @@ fn a_snapshot_keeps_the_booked_epoch() {
         let a = ledger.privacy(i, DELTA, Conversion::Improved).unwrap();
         let b = back.privacy(i, DELTA, Conversion::Improved).unwrap();
         assert_eq!(a.rdp, b.rdp, "example {i}");
+        assert_eq!(a.estimate, b.estimate, "example {i}");
         assert!(a.rdp[0] > 0.0, "example {i} is charged for the epoch");
     }
+    // Processed at 0.2 below its threshold C: the discounted ledger, which
+    // the estimate reads, charges the epoch at 0.2.
+    let at = |i: u64| back.privacy(i, DELTA, Conversion::Improved).unwrap();
+    assert_eq!(at(0).rdp, at(2).rdp);
+    assert!(at(0).estimate.epsilon < at(2).estimate.epsilon);
     let mut less_noise = StepReport::new(1, vec![2, 3], vec![0.2, 0.2]);
     less_noise.noise_multiplier = Some(1.0);
     assert!(ledger.step(&less_noise).is_err());

@@ -254,7 +254,7 @@ impl DemoCmd {
         }
         release_input.sort_by(f64::total_cmp);
         eps.sort_by(f64::total_cmp);
-        // Each example's estimate (its threshold ledger by the improved
+        // Each example's estimate (its discounted ledger by the improved
         // conversion: no proven statement), beside the ex-post bounds.
         let mut estimates = runtime.block_on(engine.with_ledger(
             "demo",

@@ -59,17 +59,20 @@
 //! | §3 exactly once, in order; retries; parts | `dataset/parts.rs` |
 //! | §3 `estimate` label for global clipping | `config.rs` (`Clipping`), `dataset/query.rs` (`guarantee`) |
 //! | §3 cost: prefix sums, `O(batch × #orders)` per step | `prefix.rs`, `dataset/step.rs`, `dataset/columns.rs` (storage) |
+//! | §3 discounted ledger (estimates only) | `dataset/discounts.rs`, `served.rs` |
+//! | §3 shuffled batches: the epoch booked at its first step | `dataset/shuffle.rs`, `dataset/step.rs` |
 //! | §4 worst case | `dataset/query.rs` (`worst_case`), `dataset/shuffle.rs` (per epoch) |
 //! | §5 RDP → `(epsilon, delta)` | `convert.rs`, `accounting/conversion.rs` |
 //! | §6 release charges to every example | `dataset/releases.rs` |
-//! | §7 individual filter | `filter.rs` (order, budget, queue), `dataset/retirement.rs` (retiring examples) |
+//! | §7 individual filter | `filter.rs` (order, budget classes, queue), `dataset/retirement.rs` (retiring examples, budget classes) |
 //! | §8 PLD worst case and per-example `min(RDP_i, PLD worst)` | `pld_events.rs` (the history as PLD events), `bounds.rs` (the minimum and its label); the cache sits on `engine::Dataset` |
 //! | §8 per-example PLD estimate (not a guarantee) | `dataset/levels.rs` (steps per segment and level), `estimate.rs` (served types); composed from cached spectra in `engine/estimate.rs` |
 //!
 //! The `Ledger` itself is split by job under `dataset/`: `mod.rs` (the struct,
 //! creation, accessors), `columns.rs` (per-example columns and memory), `step.rs`
 //! (step validation and accrual, refreshes, compaction), `parts.rs` (multi-part
-//! steps and the retry window), `shuffle.rs` (shuffle mode), `retirement.rs` (the
+//! steps and the retry window), `shuffle.rs` (shuffle mode), `discounts.rs`
+//! (the discounted ledger), `retirement.rs` (the
 //! filter on examples), `releases.rs` (release charges) and `query.rs` (queries).
 
 pub mod bounds;

@@ -13,7 +13,9 @@
 //!   order set fixed at creation.
 //! - `estimate`: the ledger's epsilon by the requested conversion, never more
 //!   than an estimate (in the sampled mode its charges depend on hidden
-//!   sampling bits; in either mode a realized sum is not a tail bound).
+//!   sampling bits; in either mode a realized sum is not a tail bound). In the
+//!   predictable mode it reads the discounted ledger `R` (sampled steps at the
+//!   actual clipped norm), which depends on hidden bits too.
 
 use super::config::ExPostOrders;
 use super::convert::{ex_post_epsilon_of, Converter};
@@ -49,11 +51,19 @@ pub(crate) fn filter_epsilon(alpha: f64, budget: f64, delta: f64, conversion: Co
         .epsilon
 }
 
-/// An example's privacy from its ledger's RDP vector `rdp` (releases
-/// included) and the worst case's `worst_rdp`, at a validated `delta`.
+/// An example's two ledgers, releases included: the one its proven numbers
+/// read (the threshold ledger in the predictable mode), and the discounted
+/// ledger its estimate reads when it differs (spec §3 rule 4).
+pub(crate) struct ExampleLedgers {
+    pub(crate) rdp: Vec<f64>,
+    pub(crate) discounted: Option<Vec<f64>>,
+}
+
+/// An example's privacy from its ledgers and the worst case's `worst_rdp`, at
+/// a validated `delta`.
 pub(crate) fn example_privacy(
     id: u64,
-    rdp: Vec<f64>,
+    ledgers: ExampleLedgers,
     worst_rdp: &[f64],
     delta: f64,
     conversion: Conversion,
@@ -61,7 +71,8 @@ pub(crate) fn example_privacy(
     facts: ExampleFacts,
 ) -> ExamplePrivacy {
     let conv = Converter::new(ctx.orders, delta, conversion);
-    let estimate = conv.epsilon(&rdp);
+    let ExampleLedgers { rdp, discounted } = ledgers;
+    let estimate = conv.epsilon(discounted.as_deref().unwrap_or(&rdp));
     let worst = conv.epsilon(worst_rdp).epsilon;
     let filtered = match ctx.filter {
         Some((alpha, budget)) if ctx.predictable && !facts.over_budget => {

@@ -15,7 +15,7 @@ use crate::ledger::config::DatasetConfig;
 use crate::ledger::error::LedgerError;
 use crate::ledger::estimate::{EstimateInput, LevelSteps};
 use crate::ledger::protocol::{ExamplePrivacy, WorstCase};
-use crate::ledger::served::{example_privacy, ExampleFacts, ServedContext};
+use crate::ledger::served::{example_privacy, ExampleFacts, ExampleLedgers, ServedContext};
 use serde::{Deserialize, Serialize};
 
 /// One example of an archived dataset, as its queries need it.
@@ -38,6 +38,10 @@ pub struct ArchivedExample {
     /// dataset's).
     #[serde(default)]
     pub budget_class: u8,
+    /// Its discounted ledger `R`, for its estimate, when it differs from
+    /// `rdp` (predictable mode; last, absent in older archives).
+    #[serde(default)]
+    pub discounted: Option<Vec<f64>>,
 }
 
 /// What every answer about an archived dataset shares.
@@ -77,6 +81,11 @@ impl Ledger {
             threshold: self.grid.value(self.bucket[i]),
             levels: self.estimate_input(id)?.map(|input| input.levels),
             budget_class: self.budget_class_of(i),
+            discounted: {
+                let mut rdp = vec![0.0; self.m];
+                self.rdp_into(i, &mut rdp);
+                self.discounted(i, &rdp)
+            },
         })
     }
 
@@ -157,7 +166,10 @@ impl ArchiveSummary {
         }
         Ok(example_privacy(
             id,
-            rdp,
+            ExampleLedgers {
+                rdp,
+                discounted: example.discounted.clone(),
+            },
             &self.worst_rdp,
             delta,
             conversion,

@@ -109,6 +109,7 @@ impl Ledger {
             + self.seg_tables.capacity() * 8
             + self.release.capacity() * 8
             + self.shares.bytes()
+            + self.discounts.bytes()
             + self.pld.bytes()
             + self.levels.bytes() as usize;
         bytes += match &self.accrual {

@@ -258,6 +258,11 @@ impl LevelHistory {
         Some(self.segments.len() as u32 - 1)
     }
 
+    /// Poisson: the segment of the latest step (`None` before the first).
+    pub(crate) fn current_segment(&self) -> Option<u32> {
+        self.runs.last().map(|&(_, s)| s)
+    }
+
     /// Step `t` (Poisson) uses `params`: extend the current run or start one.
     pub(crate) fn begin_poisson_step(&mut self, t: u64, params: SegmentParams) {
         if let Some(&(_, s)) = self.runs.last() {

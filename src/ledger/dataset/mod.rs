@@ -49,6 +49,7 @@
 mod archive;
 mod columns;
 mod compact;
+mod discounts;
 mod flat;
 mod left_out;
 mod levels;
@@ -164,6 +165,8 @@ pub struct Ledger {
     view_serial: u64,
     /// Predictable mode: what of the refresh due before the next step arrived.
     refresh_progress: Option<schedule::RefreshProgress>,
+    /// Predictable mode: the discounted ledger's discounts (`discounts.rs`).
+    discounts: discounts::Discounts,
 }
 
 impl Ledger {
@@ -237,6 +240,7 @@ impl Ledger {
             next_step: 0,
             release: vec![0.0; m],
             shares: Default::default(),
+            discounts: Default::default(),
             releases: 0,
             filter: None,
             pending: None,

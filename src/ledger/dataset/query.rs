@@ -14,7 +14,7 @@ use crate::ledger::estimate::{EstimateInput, LevelSteps};
 use crate::ledger::protocol::{
     ExamplePrivacy, FilterStatus, LabelBudgetStatus, LedgerStatus, PendingStatus, WorstCase,
 };
-use crate::ledger::served::{example_privacy, ExampleFacts, ServedContext};
+use crate::ledger::served::{example_privacy, ExampleFacts, ExampleLedgers, ServedContext};
 use std::ops::Range;
 
 impl Ledger {
@@ -58,10 +58,11 @@ impl Ledger {
         let i = self.check_id(id)?;
         let mut rdp = vec![0.0; self.m];
         self.rdp_into(i, &mut rdp);
+        let discounted = self.discounted(i, &rdp);
         let f = self.flags[i];
         Ok(example_privacy(
             id,
-            rdp,
+            ExampleLedgers { rdp, discounted },
             &self.worst_case_rdp(),
             delta,
             conversion,

@@ -27,6 +27,10 @@ pub(super) struct ShuffleState {
     /// charge (no later step of the epoch may use a smaller one).
     #[serde(default)]
     pub(super) booked_sigma: Option<f64>,
+    /// Predictable mode: the level history's segment of that charge (what
+    /// the discounted ledger discounts from).
+    #[serde(default)]
+    pub(super) booked_segment: Option<u32>,
 }
 
 impl ShuffleState {
@@ -39,6 +43,7 @@ impl ShuffleState {
             epoch: 0,
             started: false,
             booked_sigma: None,
+            booked_segment: None,
         }
     }
 

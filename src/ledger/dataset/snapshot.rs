@@ -26,6 +26,7 @@
 //! shape does not fit its configuration rather than serve numbers from it.
 
 use super::columns::LEFT_OUT;
+use super::discounts::Discounts;
 use super::left_out::ReleaseShares;
 use super::levels::LevelHistory;
 use super::parts::{Pending, PendingPart, StepRecord};
@@ -75,6 +76,10 @@ struct Header {
     /// images, which have none).
     #[serde(default)]
     shares: ReleaseShares,
+    /// The discounted ledger's discounts (absent in older images: their
+    /// estimates then read the threshold ledger, an over-estimate).
+    #[serde(default)]
+    discounts: Discounts,
 }
 
 /// [`Header`] as the encoder writes it: borrowed, so that a snapshot of a
@@ -100,6 +105,7 @@ struct HeaderRef<'a> {
     accrual: AccrualImage,
     refresh_progress: &'a Option<RefreshProgress>,
     shares: &'a ReleaseShares,
+    discounts: &'a Discounts,
 }
 
 /// The accrual state without its tables.
@@ -172,6 +178,7 @@ impl Ledger {
             },
             refresh_progress: &self.refresh_progress,
             shares: self.shares.as_ref(),
+            discounts: &self.discounts,
         };
         // Serializing plain data into a Vec cannot fail.
         let head = rmp_serde::to_vec_named(&header).expect("ledger header serializes");
@@ -323,6 +330,13 @@ impl Ledger {
         }
         ledger.seg_tables.clear();
         ledger.sync_seg_tables();
+        if !header
+            .discounts
+            .fits(n, ledger.seg_tables.len(), ledger.top)
+        {
+            return Err(bad("discounts do not match the configuration"));
+        }
+        ledger.discounts = header.discounts;
         Ok(ledger)
     }
 }

@@ -223,6 +223,7 @@ impl Ledger {
                 epoch_begins = t % state.steps_per_epoch == 0;
                 if epoch_begins && !moves_thresholds {
                     state.booked_sigma = Some(params.mechanism.sigma());
+                    state.booked_segment = shuffle_segment;
                 }
                 (None, state.begin_step(t, params.table.row(self.top)))
             }
@@ -290,6 +291,16 @@ impl Ledger {
             self.mark_processed(batches, shuffle_epoch);
             if epoch_begins {
                 self.book_epoch(shuffle_segment, now);
+            }
+        }
+        if !moves_thresholds {
+            // The discounted ledger, for estimates (`discounts.rs`).
+            let segment = match &self.accrual {
+                Accrual::Poisson(_) => self.levels.current_segment(),
+                Accrual::Shuffle(s) => s.booked_segment,
+            };
+            if let Some(s) = segment {
+                self.note_discounts(batches, s);
             }
         }
         self.next_step = now;
