@@ -1,4 +1,4 @@
-"""The binary step encoding: the byte layout of src/ledger/wire.rs, round trips,
+"""The binary step encoding: the byte layout of crates/dpledger-api/src/codec.rs, round trips,
 defensive decoding, and agreement with the server (the same step reported as
 JSON and as binary gives the same ledger, bit for bit)."""
 

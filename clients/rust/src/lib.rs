@@ -39,7 +39,7 @@ pub mod release;
 pub mod retry;
 mod session;
 pub mod shard;
-pub use dpledger_shard_rule as shard_rule;
+pub use dpledger_api::shard_rule;
 pub mod tensorboard;
 pub mod trace;
 mod types;

@@ -26,7 +26,7 @@
 
 use crate::error::{Error, Problem, Result};
 use crate::shard_rule::{self, SplitIds};
-use crate::types::{DatasetView, StepOutcome, StepReport};
+use crate::types::{DatasetView, RefreshDue, StepOutcome, StepReport};
 use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Range;
@@ -91,25 +91,15 @@ pub fn split(layout: &ShardLayout, report: &StepReport) -> Result<SplitReport> {
         .into_iter()
         .zip(norms)
         .map(|(ids, norms)| StepReport {
+            step: report.step,
             ids,
             norms,
-            ..report.clone_header()
+            noise_multiplier: report.noise_multiplier,
+            sampling_rate: report.sampling_rate,
+            part: report.part,
         })
         .collect();
     Ok(SplitReport { parts, positions })
-}
-
-impl StepReport {
-    fn clone_header(&self) -> StepReport {
-        StepReport {
-            step: self.step,
-            ids: Vec::new(),
-            norms: Vec::new(),
-            noise_multiplier: self.noise_multiplier,
-            sampling_rate: self.sampling_rate,
-            part: self.part,
-        }
-    }
 }
 
 impl SplitReport {
@@ -144,7 +134,7 @@ impl SplitReport {
             complete: answers.iter().all(|a| a.complete),
             thresholds,
             retired: shard_rule::dataset_ids(&layout.ranges, &retired),
-            refresh_due: merge_due(answers),
+            refresh_due: RefreshDue::merge(answers.iter().map(|a| a.refresh_due.as_ref())),
         })
     }
 }
@@ -271,21 +261,6 @@ pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     outputs.into_iter().flatten().collect()
-}
-
-/// The full passes due on the shards, as one (a sharded dataset schedules
-/// full passes only).
-fn merge_due(answers: &[StepOutcome]) -> Option<crate::types::RefreshDue> {
-    answers
-        .iter()
-        .filter_map(|a| a.refresh_due.clone())
-        .reduce(|a, d| crate::types::RefreshDue {
-            before_step: a.before_step.max(d.before_step),
-            full: a.full && d.full,
-            first_id: 0,
-            count: a.count + d.count,
-            received: a.received + d.received,
-        })
 }
 
 #[cfg(test)]

@@ -6,6 +6,11 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// The step protocol's messages, defined once with the server in the workspace
+/// crate `dpledger-api`, so that what this client sends and reads is what the
+/// server accepts and answers, field for field.
+pub use dpledger_api::step::{Part, RefreshDue, RefreshOutcome, StepOutcome, StepReport};
+
 /// `null` (the server's encoding of an infinite value) reads as `+inf`.
 pub(crate) fn f64_or_inf<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
@@ -392,96 +397,6 @@ pub enum LedgerKind {
     Sampled,
 }
 
-/// The refresh the schedule calls for before a step (predictable mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RefreshDue {
-    /// The step it must arrive before.
-    pub before_step: u64,
-    /// A full pass (every example) or a round-robin block.
-    pub full: bool,
-    /// The block's first id: ids `(first_id + j) mod examples`, `j < count`.
-    pub first_id: u64,
-    /// Ids due.
-    pub count: u64,
-    /// Ids received so far.
-    pub received: u64,
-}
-
-impl RefreshDue {
-    /// The ids due, given the dataset's number of examples.
-    pub fn ids(&self, examples: u64) -> Vec<u64> {
-        (0..self.count)
-            .map(|j| (self.first_id + j) % examples.max(1))
-            .collect()
-    }
-}
-
-/// One part of a step that data-parallel workers report separately.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Part {
-    /// Which part this is, `0..count`.
-    pub index: u32,
-    /// How many parts the step has; every part must say the same.
-    pub count: u32,
-}
-
-/// What the trainer reports for one step (or one part of it): the ids of the
-/// sampled examples and their observed, *unclipped* gradient norms.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepReport {
-    /// Step number; steps are applied in order from 0, exactly once.
-    pub step: u64,
-    /// Ids of the examples in the batch (distinct). Empty for an empty batch.
-    pub ids: Vec<u64>,
-    /// Their unclipped gradient norms (finite, `>= 0`), same order.
-    pub norms: Vec<f64>,
-    /// Noise multiplier of this step when it differs from the dataset's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise_multiplier: Option<f64>,
-    /// Sampling rate of this step when it differs from the default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling_rate: Option<f64>,
-    /// Present when the step is reported in several parts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub part: Option<Part>,
-}
-
-impl StepReport {
-    /// A whole-step report with the dataset's default hyperparameters.
-    pub fn new(step: u64, ids: Vec<u64>, norms: Vec<f64>) -> Self {
-        Self {
-            step,
-            ids,
-            norms,
-            noise_multiplier: None,
-            sampling_rate: None,
-            part: None,
-        }
-    }
-}
-
-/// The ledger's answer to a step report: the thresholds to clip at from the next
-/// step on. A retry of an applied step gets the same answer with `duplicate: true`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct StepOutcome {
-    /// The step reported.
-    pub step: u64,
-    /// True when this answers a retry: the report was already applied.
-    pub duplicate: bool,
-    /// The part answered (absent for a whole step).
-    #[serde(default)]
-    pub part: Option<Part>,
-    /// True once the step has been applied (false for parts still waiting).
-    pub complete: bool,
-    /// New thresholds of the reported ids, in report order (0 when retired).
-    pub thresholds: Vec<f64>,
-    /// Ids retired by the individual filter from the next step on (sorted).
-    pub retired: Vec<u64>,
-    /// The scheduled refresh due before the next step (predictable mode).
-    #[serde(default)]
-    pub refresh_due: Option<RefreshDue>,
-}
-
 /// Current clipping thresholds of a range of examples.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Thresholds {
@@ -505,20 +420,6 @@ pub struct Thresholds {
 pub(crate) struct RefreshRequest<'a> {
     pub ids: &'a [u64],
     pub norms: &'a [f64],
-}
-
-/// The answer to a full-batch refresh.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct RefreshOutcome {
-    /// The step from which the new thresholds apply (the next step).
-    pub effective_step: u64,
-    /// New thresholds of the refreshed ids, in report order.
-    pub thresholds: Vec<f64>,
-    /// Ids the individual filter retires before `effective_step`.
-    pub retired: Vec<u64>,
-    /// What of the scheduled refresh is still due (predictable mode).
-    #[serde(default)]
-    pub refresh_due: Option<RefreshDue>,
 }
 
 /// Which RDP-to-(epsilon, delta) conversion a query uses.

@@ -67,7 +67,7 @@ pub fn split_labels(
         })
         .collect();
     for (&id, label) in a.ids.iter().zip(&a.labels) {
-        if let Some(s) = dpledger_shard_rule::shard_of(ranges, id) {
+        if let Some(s) = dpledger_api::shard_rule::shard_of(ranges, id) {
             records[s].ids.push(id - ranges[s].start);
             records[s].labels.push(label.clone());
         }

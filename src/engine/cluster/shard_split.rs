@@ -18,7 +18,7 @@ use std::ops::Range;
 
 // The split rule itself, shared with the Rust client (which splits before
 // sending): one crate, so both cut a report into identical parts.
-use dpledger_shard_rule as rule;
+use dpledger_api::shard_rule as rule;
 
 /// A step report split into one report per shard.
 #[derive(Debug, Clone, PartialEq)]

@@ -220,7 +220,7 @@ impl ShardLayout {
 
     /// The shard holding example `id` (`None`: out of range).
     pub fn shard_of(&self, id: u64) -> Option<usize> {
-        dpledger_shard_rule::shard_of(&self.ranges, id)
+        dpledger_api::shard_rule::shard_of(&self.ranges, id)
     }
 
     /// The name of shard `i`.

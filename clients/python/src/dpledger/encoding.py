@@ -1,5 +1,5 @@
-"""The compact binary step encoding ``DPLS`` version 1 (the server's
-``src/ledger/wire.rs`` documents it byte by byte; Content-Type
+"""The compact binary step encoding ``DPLS`` version 1 (the workspace crate's
+``crates/dpledger-api/src/codec.rs`` documents it byte by byte; Content-Type
 ``application/octet-stream``).
 
 All integers little-endian::

@@ -155,7 +155,7 @@ def dataset_detail(start: int, positions: Sequence[int], detail: str) -> str:
     """A shard's refusal with its own ids and positions put back as the
     dataset's and the report's (``id N`` -> ``id N + start``, ``ids[j]`` ->
     ``ids[positions[j]]``), as the server's and the Rust client's rule
-    (``dpledger_shard_rule::dataset_detail``) do."""
+    (``dpledger_api::shard_rule::dataset_detail``) do."""
     def put_back(m: "re.Match[str]") -> str:
         if m.group(1) is not None:
             j = int(m.group(1))

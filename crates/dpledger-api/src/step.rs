@@ -1,0 +1,203 @@
+//! The step protocol's messages (spec §3): what a trainer reports for a step and
+//! what the ledger answers, as JSON bodies. The server and the Rust client both
+//! use these definitions, so a field added to one side is added to the other,
+//! and the retry hash and the merge of a sharded dataset's due refreshes are
+//! computed alike on both. The doc comments are also the descriptions of the
+//! server's OpenAPI document (feature `openapi`).
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+/// One part of a step that data-parallel workers report separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// Which part this is, `0..count`.
+    pub index: u32,
+    /// How many parts the step has; every part must say the same.
+    pub count: u32,
+}
+
+impl Part {
+    /// A step reported in one piece.
+    pub const WHOLE: Part = Part { index: 0, count: 1 };
+}
+
+/// What the trainer reports for one step (or one part of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StepReport {
+    /// Step number; steps are applied in order from 0.
+    pub step: u64,
+    /// Ids of the examples in the batch (distinct). Empty for an empty batch.
+    #[serde(default)]
+    pub ids: Vec<u64>,
+    /// Their observed, unclipped gradient norms (finite, `>= 0`), same order.
+    #[serde(default)]
+    pub norms: Vec<f64>,
+    /// Noise multiplier of this step when it differs from the dataset's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_multiplier: Option<f64>,
+    /// Sampling rate of this step when it differs from the default (Poisson only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_rate: Option<f64>,
+    /// Present when the step is reported in several parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<Part>,
+}
+
+impl StepReport {
+    /// A whole-step report with the dataset's default hyperparameters.
+    pub fn new(step: u64, ids: Vec<u64>, norms: Vec<f64>) -> Self {
+        Self {
+            step,
+            ids,
+            norms,
+            noise_multiplier: None,
+            sampling_rate: None,
+            part: None,
+        }
+    }
+
+    /// The part this report is (a whole step is part 0 of 1).
+    pub fn part_or_whole(&self) -> Part {
+        self.part.unwrap_or(Part::WHOLE)
+    }
+
+    /// xxh3 of a canonical encoding of every field, used to recognise retries.
+    ///
+    /// A missing `part` encodes as part 0 of 1 and `-0.0` as `0.0`, so reports that
+    /// mean the same thing hash the same.
+    pub fn content_hash(&self) -> u64 {
+        let mut h = Xxh3::new();
+        h.update(b"dpledger.step.v1");
+        h.update(&self.step.to_le_bytes());
+        let part = self.part_or_whole();
+        h.update(&part.index.to_le_bytes());
+        h.update(&part.count.to_le_bytes());
+        for opt in [self.noise_multiplier, self.sampling_rate] {
+            match opt {
+                None => h.update(&[0]),
+                Some(x) => {
+                    h.update(&[1]);
+                    h.update(&(x + 0.0).to_bits().to_le_bytes());
+                }
+            }
+        }
+        h.update(&(self.ids.len() as u64).to_le_bytes());
+        let mut buf = [0u8; 2048];
+        for chunk in self.ids.chunks(256) {
+            for (slot, id) in buf.chunks_exact_mut(8).zip(chunk) {
+                slot.copy_from_slice(&id.to_le_bytes());
+            }
+            h.update(&buf[..chunk.len() * 8]);
+        }
+        h.update(&(self.norms.len() as u64).to_le_bytes());
+        for chunk in self.norms.chunks(256) {
+            for (slot, g) in buf.chunks_exact_mut(8).zip(chunk) {
+                slot.copy_from_slice(&(g + 0.0).to_bits().to_le_bytes());
+            }
+            h.update(&buf[..chunk.len() * 8]);
+        }
+        h.digest()
+    }
+}
+
+/// The ledger's answer to a step report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepOutcome {
+    /// The step reported.
+    pub step: u64,
+    /// True when this answers a retry: the report was already applied (or, for a
+    /// part, already received) and nothing changed.
+    pub duplicate: bool,
+    /// The part answered (absent for a whole step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<Part>,
+    /// True once the step has been applied (also in the answer to a retry of
+    /// any part of an applied step); false for parts still waiting for other
+    /// parts.
+    pub complete: bool,
+    /// New clipping thresholds `v_{b_i}` of the reported ids, in report order: the
+    /// trainer must clip each example at this value from the next step on (0 for
+    /// retired examples).
+    pub thresholds: Vec<f64>,
+    /// Ids the individual filter retires: from the next step on their threshold is
+    /// 0 (the trainer must stop sampling them or clip them to zero). Sorted; only
+    /// in the answer of the part that completes the step.
+    pub retired: Vec<u64>,
+    /// Predictable mode: the scheduled refresh due before the next step, if
+    /// any (only in the answer of the part that completes the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_due: Option<RefreshDue>,
+}
+
+/// The refresh that the public schedule calls for before a step (predictable
+/// mode, spec §3.2): the trainer computes these examples' unclipped norms at
+/// the current model and sends them before it clips the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefreshDue {
+    /// The step the refresh must arrive before (its thresholds apply from it).
+    pub before_step: u64,
+    /// True for a full pass (every example); false for a round-robin block.
+    pub full: bool,
+    /// The block's first id: the ids due are `(first_id + j) mod examples` for
+    /// `j < count` (a full pass: `0..examples`).
+    pub first_id: u64,
+    /// How many ids are due (retired ids may be left out).
+    pub count: u64,
+    /// How many of them have arrived so far.
+    pub received: u64,
+}
+
+impl RefreshDue {
+    /// The ids due, given the dataset's number of examples: what a trainer
+    /// computes fresh norms of before `before_step`.
+    pub fn ids(&self, examples: u64) -> Vec<u64> {
+        (0..self.count)
+            .map(|j| (self.first_id + j) % examples.max(1))
+            .collect()
+    }
+
+    /// A sharded dataset's due refresh from its shards' (each a full pass
+    /// over its own ids): one full pass over all of them, or `None` when no
+    /// shard has one due.
+    pub fn merge<'a>(parts: impl IntoIterator<Item = Option<&'a RefreshDue>>) -> Option<Self> {
+        parts
+            .into_iter()
+            .flatten()
+            .fold(None, |acc: Option<Self>, d| {
+                Some(match acc {
+                    None => d.clone(),
+                    Some(a) => RefreshDue {
+                        before_step: a.before_step.max(d.before_step),
+                        full: a.full && d.full,
+                        first_id: 0,
+                        count: a.count + d.count,
+                        received: a.received + d.received,
+                    },
+                })
+            })
+    }
+}
+
+/// The answer to a full-batch refresh.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefreshOutcome {
+    /// The step from which the new thresholds apply (the next step).
+    pub effective_step: u64,
+    /// New thresholds of the refreshed ids, in report order.
+    pub thresholds: Vec<f64>,
+    /// Ids the individual filter retires before `effective_step` because a raised
+    /// threshold would let the next step push them over budget.
+    pub retired: Vec<u64>,
+    /// Predictable mode: what of the scheduled refresh is still due before
+    /// `effective_step` (`received == count` once complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_due: Option<RefreshDue>,
+}
