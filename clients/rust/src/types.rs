@@ -219,47 +219,7 @@ pub struct ShardView {
     pub steps: u64,
 }
 
-/// A step whose parts are still arriving.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct PendingStatus {
-    /// The step.
-    pub step: u64,
-    /// Parts received.
-    pub received: u32,
-    /// Parts announced.
-    pub count: u32,
-}
-
-/// The individual filter's fixed parameters.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct FilterStatus {
-    /// The individual budget's epsilon.
-    pub epsilon: f64,
-    /// The individual budget's delta.
-    pub delta: f64,
-    /// The Rényi order `alpha*` at which the budget is enforced.
-    pub order: f64,
-    /// The RDP budget at `alpha*`.
-    pub rdp_budget: f64,
-    /// Labels with a budget of their own (fixed at creation).
-    #[serde(default)]
-    pub label_budgets: Vec<LabelBudgetStatus>,
-}
-
-/// One label's budget under the individual filter, as enforced.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct LabelBudgetStatus {
-    /// The label.
-    pub label: String,
-    /// The budget's epsilon.
-    pub epsilon: f64,
-    /// The budget's delta.
-    pub delta: f64,
-    /// The Rényi order `alpha*` at which it is enforced.
-    pub order: f64,
-    /// The RDP budget at `alpha*`.
-    pub rdp_budget: f64,
-}
+pub use dpledger_api::status::{FilterStatus, LabelBudgetStatus, PendingStatus};
 
 /// A summary of a ledger's state.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -13,6 +13,8 @@
 //!   the retry hash and the merge of a sharded dataset's due refreshes;
 //! * [`codec`]: the compact binary step encoding (`DPLS`, version 1), byte by
 //!   byte;
+//! * [`status`]: the parts of a dataset's status both sides read (a step in
+//!   progress, the individual filter's budgets);
 //! * [`shard_rule`]: the rule that splits a step's batch over a sharded
 //!   dataset's shards.
 //!
@@ -22,6 +24,7 @@
 
 pub mod codec;
 pub mod shard_rule;
+pub mod status;
 pub mod step;
 
 pub use step::{Part, RefreshDue, RefreshOutcome, StepOutcome, StepReport};
