@@ -35,14 +35,7 @@ fn trained_ledger(n: u64) -> Ledger {
         ids.dedup();
         let norms = ids.iter().map(|_| rng.random_range(0.0..1.5)).collect();
         ledger
-            .step(&StepReport {
-                step,
-                ids,
-                norms,
-                noise_multiplier: None,
-                sampling_rate: None,
-                part: None,
-            })
+            .step(&StepReport::new(step, ids, norms))
             .expect("step applies");
     }
     ledger

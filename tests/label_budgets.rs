@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{get, post, put, Server};
+use common::{example_privacy, post, put, Server};
 use dpledger::accounting::Conversion;
 use dpledger::ledger::{DatasetConfig, IndividualBudget, Ledger, StepReport, ThresholdMode};
 use serde_json::{json, Value};
@@ -54,18 +54,6 @@ fn create(server: &Server, id: &str, body: Value) -> common::Reply {
         Some(&server.admin_token()),
         &body,
     )
-}
-
-fn privacy(server: &Server, id: &str, example: u64) -> Value {
-    let r = get(
-        &format!(
-            "{}/v1/datasets/{id}/examples/{example}/privacy?delta={DELTA}",
-            server.url
-        ),
-        Some(&server.admin_token()),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.body["example"].clone()
 }
 
 fn ids_in(answer: &Value) -> Vec<u64> {
@@ -159,7 +147,9 @@ fn each_label_retires_at_its_own_budget_and_keeps_its_guarantee() {
     );
 
     let orders = dpledger::accounting::orders::ledger_orders();
-    let answers: Vec<Value> = (0..N).map(|i| privacy(&server, "run", i)).collect();
+    let answers: Vec<Value> = (0..N)
+        .map(|i| example_privacy(&server, "run", i, DELTA)["example"].clone())
+        .collect();
     for (i, ex) in (0..N).zip(&answers) {
         let (order, budget) = budget_of(i);
         let j = orders.iter().position(|&a| a == order).expect("an order");
@@ -192,7 +182,11 @@ fn each_label_retires_at_its_own_budget_and_keeps_its_guarantee() {
     // The classes come back from the log.
     server.restart();
     for (i, before) in (0..N).zip(&answers) {
-        assert_eq!(&privacy(&server, "run", i), before, "example {i}");
+        assert_eq!(
+            &example_privacy(&server, "run", i, DELTA)["example"].clone(),
+            before,
+            "example {i}"
+        );
     }
 }
 

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{get, post, Server};
+use common::{example_privacy, get, post, refresh, Server};
 use serde_json::{json, Value};
 
 const DELTA: f64 = 1e-5;
@@ -44,26 +44,6 @@ fn step(server: &Server, id: &str, t: u64, ids: &[u64], norms: &[f64]) -> common
         Some(&server.admin_token()),
         &json!({"step": t, "ids": ids, "norms": norms}),
     )
-}
-
-fn refresh(server: &Server, id: &str, ids: &[u64], norms: &[f64]) -> common::Reply {
-    post(
-        &format!("{}/v1/datasets/{id}/refresh", server.url),
-        Some(&server.admin_token()),
-        &json!({"ids": ids, "norms": norms}),
-    )
-}
-
-fn privacy(server: &Server, id: &str, example: u64) -> Value {
-    let r = get(
-        &format!(
-            "{}/v1/datasets/{id}/examples/{example}/privacy?delta={DELTA}",
-            server.url
-        ),
-        Some(&server.admin_token()),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.body
 }
 
 /// The ids an answer says were retired.
@@ -108,7 +88,7 @@ fn a_sampled_report_at_norm_zero_does_not_lower_later_charges() {
         let r = step(&server, id, 1, &[0], &[1.0]);
         assert_eq!(r.status, 200, "{:?}", r.body);
     }
-    let pred = privacy(&server, "pred", 0);
+    let pred = example_privacy(&server, "pred", 0, DELTA);
     let ex = &pred["example"];
     assert_eq!(ex["ledger"], "threshold");
     assert_eq!(ex["guarantee"]["kind"], "worst_case");
@@ -122,7 +102,7 @@ fn a_sampled_report_at_norm_zero_does_not_lower_later_charges() {
     assert!(f(&ex["ex_post"]["epsilon"]) > 0.0);
     assert_eq!(f(&ex["epsilon"]), f(&pred["worst_case"]["epsilon"]));
 
-    let old = privacy(&server, "old", 0);
+    let old = example_privacy(&server, "old", 0, DELTA);
     let ex = &old["example"];
     assert_eq!(ex["ledger"], "sampled");
     assert!(
@@ -168,7 +148,7 @@ fn the_full_batch_counterexample_ex_post_satisfies_the_tail_bound() {
         assert_eq!(step(&server, id, 0, &[0], &[1.0]).status, 200);
         assert_eq!(refresh(&server, id, &[0], &[second]).status, 200);
         assert_eq!(step(&server, id, 1, &[0], &[second]).status, 200);
-        let p = privacy(&server, id, 0);
+        let p = example_privacy(&server, id, 0, DELTA);
         let ex = &p["example"];
         assert_eq!(ex["ex_post"]["kind"], "ex_post");
         assert_eq!(f(&ex["ex_post"]["delta"]), DELTA);
@@ -344,7 +324,7 @@ fn the_filter_guarantee_holds_on_the_threshold_ledger() {
     );
     let mut filtered_epsilon = None;
     for id in 0..n {
-        let p = privacy(&server, "filtered", id);
+        let p = example_privacy(&server, "filtered", id, DELTA);
         let ex = &p["example"];
         assert_eq!(ex["over_budget"], false);
         // The threshold ledger at the filter's order never exceeds its budget
@@ -410,7 +390,7 @@ fn a_log_of_the_old_protocol_replays_as_sampled() {
             .expect("step");
     }
     let server = Server::start(dir.path(), None);
-    let p = privacy(&server, "legacy", 1);
+    let p = example_privacy(&server, "legacy", 1, DELTA);
     let ex = &p["example"];
     assert_eq!(ex["ledger"], "sampled");
     assert!(ex["ex_post"].is_null());
@@ -493,7 +473,9 @@ fn the_estimate_reads_the_discounted_ledger() {
     let r = step(&server, "disc", 1, &[0], &[small]);
     assert_eq!(r.status, 200, "{:?}", r.body);
 
-    let answers: Vec<Value> = (0..4).map(|i| privacy(&server, "disc", i)).collect();
+    let answers: Vec<Value> = (0..4)
+        .map(|i| example_privacy(&server, "disc", i, DELTA))
+        .collect();
     let [e0, e1, e2] = [0, 1, 2].map(|i| answers[i]["example"].clone());
     // The proven parts are the same for all three: every one is charged at C.
     for e in [&e1, &e2] {
@@ -525,6 +507,10 @@ fn the_estimate_reads_the_discounted_ledger() {
 
     server.restart();
     for (i, before) in answers.iter().enumerate() {
-        assert_eq!(&privacy(&server, "disc", i as u64), before, "example {i}");
+        assert_eq!(
+            &example_privacy(&server, "disc", i as u64, DELTA),
+            before,
+            "example {i}"
+        );
     }
 }

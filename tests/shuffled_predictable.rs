@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{get, post, Reply, Server};
+use common::{example_privacy, post, refresh, Reply, Server};
 use serde_json::{json, Value};
 
 const DELTA: f64 = 1e-5;
@@ -54,26 +54,6 @@ fn step(server: &Server, id: &str, body: Value) -> Reply {
         Some(&server.admin_token()),
         &body,
     )
-}
-
-fn refresh(server: &Server, id: &str, ids: &[u64], norms: &[f64]) -> Reply {
-    post(
-        &format!("{}/v1/datasets/{id}/refresh", server.url),
-        Some(&server.admin_token()),
-        &json!({"ids": ids, "norms": norms}),
-    )
-}
-
-fn example(server: &Server, id: &str, i: u64) -> Value {
-    let r = get(
-        &format!(
-            "{}/v1/datasets/{id}/examples/{i}/privacy?delta={DELTA}",
-            server.url
-        ),
-        Some(&server.admin_token()),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.body["example"].clone()
 }
 
 /// `epochs` Gaussian charges at threshold `v` (C = 1): `alpha v² / (2 σ²)` each.
@@ -135,7 +115,7 @@ fn an_epoch_is_booked_at_its_first_step_at_the_threshold() {
     // After the epoch's first step every example bears the whole epoch at
     // its threshold, processed or not.
     for i in 0..N {
-        let ex = example(&server, "shuf", i);
+        let ex = example_privacy(&server, "shuf", i, DELTA)["example"].clone();
         assert_eq!(ex["ledger"], "threshold");
         assert_eq!(ex["ex_post"]["kind"], "ex_post");
         let v = if i % 2 == 1 { 0.5 } else { 1.0 };
@@ -158,7 +138,7 @@ fn an_epoch_is_booked_at_its_first_step_at_the_threshold() {
         assert_eq!(r.status, 200, "{:?}", r.body);
     }
     assert_rdp(
-        &example(&server, "shuf", 7),
+        &example_privacy(&server, "shuf", 7, DELTA)["example"].clone(),
         &booked(0.5, 1.0),
         "end of epoch 0",
     );
@@ -172,21 +152,16 @@ fn an_epoch_is_booked_at_its_first_step_at_the_threshold() {
         json!({"step": 4, "ids": [7, 6], "norms": [0.1, 0.1]}),
     );
     assert_eq!(r.status, 200, "{:?}", r.body);
-    let before: Vec<Value> = (0..N).map(|i| example(&server, "shuf", i)).collect();
+    let before: Vec<Value> = (0..N)
+        .map(|i| example_privacy(&server, "shuf", i, DELTA)["example"].clone())
+        .collect();
     assert_rdp(&before[0], &booked(1.0, 2.0), "two epochs at C");
     assert_rdp(&before[1], &booked(0.5, 2.0), "two epochs at 0.5");
 
     // The worst case counts each epoch as one Gaussian at C.
-    let r = get(
-        &format!(
-            "{}/v1/datasets/shuf/examples/0/privacy?delta={DELTA}",
-            server.url
-        ),
-        Some(&server.admin_token()),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
+    let answer = example_privacy(&server, "shuf", 0, DELTA);
     assert_rdp(
-        &r.body["worst_case"]["rdp"],
+        &answer["worst_case"]["rdp"],
         &booked(1.0, 2.0),
         "the worst case",
     );
@@ -194,7 +169,7 @@ fn an_epoch_is_booked_at_its_first_step_at_the_threshold() {
     server.restart();
     for (i, ex) in (0..N).zip(&before) {
         assert_eq!(
-            &example(&server, "shuf", i),
+            &example_privacy(&server, "shuf", i, DELTA)["example"].clone(),
             ex,
             "example {i} after a restart"
         );
@@ -244,7 +219,7 @@ fn the_schedule_and_the_noise_follow_epochs() {
     let body = json!({"step": 4, "ids": [0, 1], "norms": [1.0, 1.0], "noise_multiplier": 1.0});
     let r = step(&server, "noise", body);
     assert_eq!(r.status, 200, "{:?}", r.body);
-    let ex = example(&server, "noise", 5);
+    let ex = example_privacy(&server, "noise", 5, DELTA)["example"].clone();
     let want: Vec<f64> = ORDERS
         .iter()
         .zip(booked(1.0, 1.0))
@@ -315,7 +290,9 @@ fn the_filter_retires_shuffled_examples_only_at_epoch_boundaries() {
             .all(|i| retired.get(&i).is_none_or(|&at| Some(at) > first_large)),
         "small-gradient examples train longer: {retired:?}"
     );
-    let answers: Vec<Value> = (0..N).map(|i| example(&server, "filt", i)).collect();
+    let answers: Vec<Value> = (0..N)
+        .map(|i| example_privacy(&server, "filt", i, DELTA)["example"].clone())
+        .collect();
     for (i, ex) in (0..N).zip(&answers) {
         let r = f(&ex["rdp"][j]);
         assert!(r <= rdp_budget, "example {i}: {r} > {rdp_budget}");
@@ -326,7 +303,7 @@ fn the_filter_retires_shuffled_examples_only_at_epoch_boundaries() {
     server.restart();
     for (i, ex) in (0..N).zip(&answers) {
         assert_eq!(
-            &example(&server, "filt", i),
+            &example_privacy(&server, "filt", i, DELTA)["example"].clone(),
             ex,
             "example {i} after a restart"
         );

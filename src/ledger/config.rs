@@ -223,15 +223,8 @@ impl DatasetConfig {
     /// The result is what the log stores, so a replay never re-derives it.
     pub fn with_creation_defaults(mut self) -> Result<Self> {
         if self.thresholds.is_none() {
-            // A shard of a shuffled dataset (`epoch_steps`) is sampled only.
-            let predictable = self.clipping == Clipping::PerExample
-                && !matches!(
-                    self.sampling,
-                    Sampling::Shuffle {
-                        epoch_steps: Some(_),
-                        ..
-                    }
-                );
+            // A shard of a shuffled dataset is sampled only.
+            let predictable = self.clipping == Clipping::PerExample && !self.is_shuffled_shard();
             self.thresholds = Some(if predictable {
                 ThresholdMode::Predictable
             } else {
@@ -245,20 +238,16 @@ impl DatasetConfig {
             use crate::accounting::table::StepMechanism;
             // Planned charges: Poisson steps, or shuffled epochs (one
             // Gaussian charge each).
-            let (mechanism, charges) = match (self.sampling, self.steps_per_epoch()) {
-                (Sampling::Poisson { rate }, _) => (
-                    StepMechanism::Poisson {
-                        q: rate,
-                        sigma: self.noise_multiplier,
-                    },
+            let sigma = self.noise_multiplier;
+            let (mechanism, charges) = match self.sampling {
+                Sampling::Poisson { rate } => (
+                    StepMechanism::Poisson { q: rate, sigma },
                     self.planned_steps_or_default(),
                 ),
-                (Sampling::Shuffle { .. }, epoch) => (
-                    StepMechanism::Gaussian {
-                        sigma: self.noise_multiplier,
-                    },
+                Sampling::Shuffle { .. } => (
+                    StepMechanism::Gaussian { sigma },
                     self.planned_steps_or_default()
-                        .div_ceil(epoch.unwrap_or(1).max(1)),
+                        .div_ceil(self.steps_per_epoch().unwrap_or(1).max(1)),
                 ),
             };
             let chosen = crate::accounting::ex_post::default_ex_post_orders(
@@ -384,13 +373,7 @@ impl DatasetConfig {
                     "global clipping has no per-example thresholds to predict; use \"sampled\" (every per-example number is then an estimate)",
                 ));
             }
-            if matches!(
-                self.sampling,
-                Sampling::Shuffle {
-                    epoch_steps: Some(_),
-                    ..
-                }
-            ) {
+            if self.is_shuffled_shard() {
                 return Err(InvalidArgument::new(
                     "thresholds",
                     "a shard of a shuffled dataset takes only \"sampled\" thresholds (every per-example number an estimate; the worst case stays a guarantee)",
@@ -462,6 +445,19 @@ impl DatasetConfig {
             return Err(InvalidArgument::new("planned_steps", "must be at least 1"));
         }
         Ok(())
+    }
+
+    /// Whether this is the configuration of one shard of a sharded dataset
+    /// with shuffled batches (only such a shard sets `epoch_steps`: a
+    /// shuffled epoch spans every shard).
+    pub fn is_shuffled_shard(&self) -> bool {
+        matches!(
+            self.sampling,
+            Sampling::Shuffle {
+                epoch_steps: Some(_),
+                ..
+            }
+        )
     }
 
     /// Shuffle mode: the steps of one epoch, `epoch_steps` or `ceil(n / b)`

@@ -285,6 +285,30 @@ pub fn create_small_datasets(server: &Server, ids: &[&str]) {
     }
 }
 
+/// Send scheduled (or, in the sampled mode, any) refresh norms of `ids` to
+/// `dataset` as the admin.
+pub fn refresh(server: &Server, dataset: &str, ids: &[u64], norms: &[f64]) -> Reply {
+    post(
+        &format!("{}/v1/datasets/{dataset}/refresh", server.url),
+        Some(&server.admin_token()),
+        &json!({"ids": ids, "norms": norms}),
+    )
+}
+
+/// The admin's privacy answer for `example` of `dataset` at `delta` (the
+/// whole body: the example's parts and the worst case), asserting 200.
+pub fn example_privacy(server: &Server, dataset: &str, example: u64, delta: f64) -> Value {
+    let r = get(
+        &format!(
+            "{}/v1/datasets/{dataset}/examples/{example}/privacy?delta={delta}",
+            server.url
+        ),
+        Some(&server.admin_token()),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body
+}
+
 /// A small Poisson dataset config of the sampled protocol (a step report
 /// moves a sampled example's threshold: what these tests of the step
 /// protocol, stores and cluster exercise; the predictable mode has its own

@@ -78,11 +78,7 @@ pub fn check_shard_request(config: &DatasetConfig, shards: u32) -> EngineResult<
 /// only the shards of a sharded dataset carry it, set by their layout
 /// ([`ShardLayout::shard_config`]).
 pub fn check_no_epoch_steps(config: &DatasetConfig) -> EngineResult<()> {
-    if let crate::ledger::Sampling::Shuffle {
-        epoch_steps: Some(_),
-        ..
-    } = config.sampling
-    {
+    if config.is_shuffled_shard() {
         return Err(EngineError::BadRequest {
             detail: "epoch_steps is set only on the shards of a sharded dataset; a dataset's \
                      epoch is ceil(examples / batch_size) steps"

@@ -69,23 +69,22 @@ impl Ledger {
         let top_only = matches!(self.accrual, Accrual::Poisson(_))
             && f & ALL_TOP != 0
             && f & (RETIRED | LEFT_OUT) == 0;
-        let rdp = (!top_only).then(|| {
+        // Its RDP, evaluated once: stored unless it is the worst case's, and
+        // the base of its discounted ledger when it has one.
+        let full = (!top_only || self.has_discounts(i)).then(|| {
             let mut rdp = vec![0.0; self.m];
             self.rdp_into(i, &mut rdp);
             rdp
         });
+        let discounted = full.as_deref().and_then(|rdp| self.discounted(i, rdp));
         Ok(ArchivedExample {
-            rdp,
+            rdp: full.filter(|_| !top_only),
             retired: f & RETIRED != 0,
             over_budget: f & OVER_BUDGET != 0,
             threshold: self.grid.value(self.bucket[i]),
             levels: self.estimate_input(id)?.map(|input| input.levels),
             budget_class: self.budget_class_of(i),
-            discounted: {
-                let mut rdp = vec![0.0; self.m];
-                self.rdp_into(i, &mut rdp);
-                self.discounted(i, &rdp)
-            },
+            discounted,
         })
     }
 

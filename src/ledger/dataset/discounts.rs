@@ -111,10 +111,15 @@ impl Ledger {
         }
     }
 
+    /// Whether example `i` was ever processed below its threshold.
+    pub(super) fn has_discounts(&self, i: usize) -> bool {
+        self.discounts.of.contains_key(&(i as u32))
+    }
+
     /// Example `i`'s discounted ledger `R` from its threshold ledger `rdp`
     /// (releases included), for its estimate; `None` when it has no discount.
     pub(super) fn discounted(&self, i: usize, rdp: &[f64]) -> Option<Vec<f64>> {
-        if !self.discounts.of.contains_key(&(i as u32)) {
+        if !self.has_discounts(i) {
             return None;
         }
         let mut out = rdp.to_vec();

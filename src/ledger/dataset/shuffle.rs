@@ -9,7 +9,7 @@
 use super::columns::RETIRED;
 use super::view::save_for_view;
 use super::{Accrual, Ledger};
-use crate::ledger::filter::{next_check, NEVER};
+use crate::ledger::filter::NEVER;
 
 /// Shuffle mode: charges happen only at processing; the worst case is one Gaussian
 /// charge at `C` per epoch, at the epoch's smallest noise multiplier.
@@ -121,12 +121,9 @@ impl Ledger {
                 self.levels.charge(i, s, self.bucket[i]);
             }
             if let Some(f) = filter.as_mut() {
-                let class = f.class(i);
-                let value = self.value_at(i, now, class.index);
-                let c = class.bound[self.bucket[i] as usize];
-                let at = next_check(now, value, c, 0.0, class.limit);
+                let at = self.predict(f, i, now);
                 if at != NEVER {
-                    f.schedule_by(i as u32, self.at_epoch_boundary(at));
+                    f.schedule_by(i as u32, at);
                 }
             }
         }
