@@ -143,6 +143,7 @@ fn bench_predictable(c: &mut Criterion, n: u64, data: &[(Vec<u64>, Vec<f64>)]) {
     cfg.refresh = Some(RefreshSchedule {
         full_every: None,
         block: Some(BATCH as u64),
+        shard: None,
     });
     let cfg = cfg.with_creation_defaults().expect("valid config");
     let mut ledger = Ledger::new(cfg).expect("valid config");

@@ -1820,6 +1820,7 @@ fn replay_follows_a_predictable_traces_schedule() {
         refresh: Some(RefreshSchedule {
             full_every: None,
             block: Some(2),
+            shard: None,
         }),
         ..DatasetConfig::poisson(4, 1.0, 1.0, 0.5, DELTA)
     };

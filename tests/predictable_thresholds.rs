@@ -505,6 +505,37 @@ fn the_estimate_reads_the_discounted_ledger() {
     assert!(got < f(&e2["estimate"]["epsilon"]));
     assert_eq!(e0["estimate"]["kind"], "estimate");
 
+    // The PLD estimate composes the same discounted history: example 0's two
+    // steps at the level it was processed at (0.2), the unsampled one's two at
+    // its threshold (C = 1).
+    let pld = |i: u64| {
+        let r = get(
+            &format!(
+                "{}/v1/datasets/disc/examples/{i}/privacy?delta={DELTA}&method=pld_estimate",
+                server.url
+            ),
+            Some(&server.admin_token()),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body["pld_estimate"].clone()
+    };
+    let levels = |p: &Value| -> Vec<(f64, u64)> {
+        p["levels"]
+            .as_array()
+            .expect("levels")
+            .iter()
+            .map(|l| (f(&l["threshold"]), l["steps"].as_u64().expect("steps")))
+            .collect()
+    };
+    let (p0, p2) = (pld(0), pld(2));
+    assert_eq!(levels(&p0), vec![(small, 2)], "{p0}");
+    assert_eq!(levels(&p2), vec![(1.0, 2)], "{p2}");
+    assert!(f(&p0["epsilon"]) < f(&p2["epsilon"]), "{p0} {p2}");
+    assert!(
+        f(&p0["epsilon"]) <= got * (1.0 + 1e-9),
+        "capped by the RDP estimate"
+    );
+
     server.restart();
     for (i, before) in answers.iter().enumerate() {
         assert_eq!(

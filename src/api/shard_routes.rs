@@ -693,7 +693,7 @@ async fn thresholds(shards: &Shards, range: ThresholdRange) -> Result<Thresholds
     let mut due = Vec::new();
     for ((s, _), answer) in pieces.iter().zip(&answers) {
         let part: Thresholds = parse(answer).map_err(|e| *e)?;
-        due.push(part.refresh_due);
+        due.push((*s, part.refresh_due));
         let offset = layout.ranges[*s].start;
         merged.next_step = merged.next_step.min(part.next_step);
         merged.thresholds.extend(part.thresholds);
@@ -701,7 +701,8 @@ async fn thresholds(shards: &Shards, range: ThresholdRange) -> Result<Thresholds
             .retired
             .extend(part.retired.into_iter().map(|r| r + offset));
     }
-    // The full passes due on the shards the range touched, as one.
-    merged.refresh_due = crate::ledger::RefreshDue::merge(due.iter().map(Option::as_ref));
+    // What is due on the shards the range touched, as one.
+    merged.refresh_due =
+        crate::ledger::RefreshDue::merge(&layout.ranges, due.iter().map(|(s, d)| (*s, d.as_ref())));
     Ok(merged)
 }

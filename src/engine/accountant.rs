@@ -2,6 +2,11 @@
 //! typed requests and responses shared by the CLI and the HTTP API, so both front
 //! ends validate and compute identically. Field names in errors are the JSON
 //! names; the CLI renames them to its flags.
+//!
+//! Why one file of about 550 lines: the five request types share their
+//! validation (orders, methods, PLD options, the `null`-for-infinity rule),
+//! and each is a request, a response and one `compute`; split by request,
+//! each piece would import the others' helpers back.
 
 use crate::accounting::calibrate::noise_for_epsilon;
 use crate::accounting::compare::{compare, ComparisonRow};

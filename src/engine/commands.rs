@@ -99,7 +99,7 @@ impl Engine {
                     field: Some("id"),
                 })
             }
-            _ => super::cluster::check_no_epoch_steps(&config)?,
+            _ => super::cluster::check_no_shard_fields(&config)?,
         }
         // The threshold mode and the ex-post orders become explicit in the
         // stored configuration, so that a replay never re-derives them.

@@ -25,6 +25,11 @@
 //! A run that is a sharded dataset is read from its shards and
 //! their logs, concatenated in id order (`data_dependent/shards.rs`): the analysis
 //! itself runs once over all examples, so it is the unsharded one.
+//!
+//! Why one file of about 560 lines of code (the rest are its unit tests):
+//! reading a run's log at a step and assembling the analysis's input are one
+//! pass over the records; the sharded read lives in `data_dependent/shards.rs`
+//! and the analysis itself in `accounting/data_dependent/`.
 
 mod shards;
 

@@ -4,6 +4,7 @@ use crate::accounting::error::{InvalidArgument, Result};
 use crate::accounting::grid::BucketGrid;
 use crate::accounting::orders::ledger_orders;
 use crate::accounting::validate;
+use crate::ledger::refresh_schedule::RefreshSchedule;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -85,21 +86,6 @@ pub enum ThresholdMode {
     /// number is an estimate and only the worst case is a guarantee. Datasets
     /// created before the predictable mode existed replay in this mode.
     Sampled,
-}
-
-/// The public refresh schedule of the predictable mode (spec §3.2): which
-/// examples' unclipped norms the trainer reports, computed at one model state,
-/// before which steps. Fixed at creation, independent of the sampling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RefreshSchedule {
-    /// A full pass (every example) before steps `0, E, 2E, ...`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub full_every: Option<u64>,
-    /// A round-robin block of `m` ids before every step `t`: ids
-    /// `(t*m + j) mod n` for `j < m` (covered by a full pass when both are due).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub block: Option<u64>,
 }
 
 /// The order set and weights of the ex-post bound (spec §10), fixed at
@@ -217,13 +203,14 @@ impl DatasetConfig {
     }
 
     /// The configuration a new dataset is created with: the threshold mode
-    /// made explicit (predictable, unless clipping is global or batches are
-    /// shuffled, where only the sampled protocol exists) and, in the
+    /// made explicit (predictable, unless clipping is global or the dataset is
+    /// a shard of a shuffled one, which take the sampled protocol) and, in the
     /// predictable mode, the ex-post order set aimed at the planned steps.
     /// The result is what the log stores, so a replay never re-derives it.
     pub fn with_creation_defaults(mut self) -> Result<Self> {
         if self.thresholds.is_none() {
-            // A shard of a shuffled dataset is sampled only.
+            // A shard of a shuffled dataset takes the sampled mode (not yet
+            // predictable: docs/sharding.md "Refresh schedules").
             let predictable = self.clipping == Clipping::PerExample && !self.is_shuffled_shard();
             self.thresholds = Some(if predictable {
                 ThresholdMode::Predictable
@@ -362,23 +349,21 @@ impl DatasetConfig {
         Ok(())
     }
 
-    /// The predictable mode's settings: only there, Poisson only, a schedule
+    /// The predictable mode's settings: per-example clipping, a schedule
     /// with positive periods, ex-post orders a weighted subset of the orders.
     fn validate_threshold_mode(&self) -> Result<()> {
         let mode = self.threshold_mode();
-        if mode == ThresholdMode::Predictable {
-            if self.clipping == Clipping::Global {
-                return Err(InvalidArgument::new(
-                    "thresholds",
-                    "global clipping has no per-example thresholds to predict; use \"sampled\" (every per-example number is then an estimate)",
-                ));
-            }
-            if self.is_shuffled_shard() {
-                return Err(InvalidArgument::new(
-                    "thresholds",
-                    "a shard of a shuffled dataset takes only \"sampled\" thresholds (every per-example number an estimate; the worst case stays a guarantee)",
-                ));
-            }
+        if mode == ThresholdMode::Predictable && self.clipping == Clipping::Global {
+            return Err(InvalidArgument::new(
+                "thresholds",
+                "global clipping has no per-example thresholds to predict; use \"sampled\" (every per-example number is then an estimate)",
+            ));
+        }
+        if mode == ThresholdMode::Predictable && self.is_shuffled_shard() {
+            return Err(InvalidArgument::new(
+                "thresholds",
+                "a shard of a shuffled dataset takes only \"sampled\" thresholds (every per-example number an estimate; the worst case stays a guarantee)",
+            ));
         }
         if let Some(schedule) = self.refresh {
             if mode != ThresholdMode::Predictable {
@@ -411,15 +396,31 @@ impl DatasetConfig {
                     ));
                 }
             }
+            let examples = match schedule.shard {
+                Some(span) => {
+                    if schedule.block.is_none()
+                        || span
+                            .start
+                            .checked_add(self.examples)
+                            .is_none_or(|end| end > span.dataset_examples)
+                    {
+                        return Err(InvalidArgument::new(
+                            "refresh.shard",
+                            "is set by the cluster on a sharded dataset's shards (a round-robin block over ids that fit the dataset's): leave it out",
+                        ));
+                    }
+                    span.dataset_examples
+                }
+                None => self.examples,
+            };
             match schedule.block {
                 Some(0) => return Err(InvalidArgument::new("refresh.block", "must be at least 1")),
-                Some(m) if m > self.examples => {
+                Some(m) if m > examples => {
                     return Err(InvalidArgument::new(
                         "refresh.block",
                         format!(
-                        "must be at most examples = {}, got {m} (use full_every for full passes)",
-                        self.examples
-                    ),
+                            "must be at most examples = {examples}, got {m} (use full_every for full passes)"
+                        ),
                     ))
                 }
                 _ => {}

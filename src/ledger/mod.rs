@@ -86,14 +86,15 @@ pub mod idempotency;
 mod pld_events;
 mod prefix;
 mod protocol;
+mod refresh_schedule;
 pub mod replay;
 mod served;
 pub mod wire;
 
 pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 pub use config::{
-    Clipping, DatasetConfig, ExPostOrders, IndividualBudget, RefreshSchedule, Sampling,
-    ThresholdMode, MAX_EXAMPLES, MAX_ORDERS,
+    Clipping, DatasetConfig, ExPostOrders, IndividualBudget, Sampling, ThresholdMode, MAX_EXAMPLES,
+    MAX_ORDERS,
 };
 pub use dataset::{
     read_bytes, table_cache, ArchiveSummary, ArchivedExample, Ledger, LevelCount, LevelHistory,
@@ -109,4 +110,5 @@ pub use protocol::{
     Part, PendingStatus, PrivacyKind, PrivacyPart, RefreshDue, RefreshOutcome, StepOutcome,
     StepReport, WorstCase,
 };
+pub use refresh_schedule::{RefreshSchedule, ShardSpan};
 pub use replay::{replay, ReplayError, ReplayExample, ReplayReport};

@@ -19,12 +19,11 @@
 //! parsing on the calling thread overlapped with the ledger's work on a worker.
 
 use super::bounds::{combine_worst_case, pld_worst_case, WorstCaseBounds};
-use super::config::{
-    Clipping, DatasetConfig, ExPostOrders, RefreshSchedule, Sampling, ThresholdMode,
-};
+use super::config::{Clipping, DatasetConfig, ExPostOrders, Sampling, ThresholdMode};
 use super::dataset::Ledger;
 use super::protocol::StepReport;
 use super::protocol::{Bound, PrivacyPart};
+use super::refresh_schedule::RefreshSchedule;
 use crate::accounting::conversion::Conversion;
 use crate::accounting::{trace_line, validate};
 use serde::{Deserialize, Serialize};

@@ -72,6 +72,11 @@
 //! * [`StoreError::KeyUsed`]: the idempotency key is already stored for the
 //!   dataset (an earlier try of the same change landed): answer from it.
 //! * Every other error means nothing of the call was written.
+//!
+//! Why one file of about 520 lines of code (the rest are its unit tests): it
+//! is the store's contract (the `Store` trait, its records, keys and errors
+//! with the rules above) that both back ends implement; the back ends and
+//! the codec have files of their own.
 
 pub mod archive;
 pub mod cluster;

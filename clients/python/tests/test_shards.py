@@ -71,6 +71,23 @@ def test_answers_merge_and_a_refusal_after_an_applied_part_is_partially_applied(
     assert merged.refresh_due == due(10, 4)
     assert merged.refresh_due.ids(10) == list(range(10))
 
+    # A round-robin block wrapping past the last id (ids 8, 9, 0, 1, 2, 3):
+    # shard d~0 is due 0..3, d~3 its id 0, d~6 its ids 2, 3.
+    blocks = [RefreshDue(before_step=5, full=False, first_id=f, count=c, received=r)
+              for f, c, r in [(0, 3, 1), (0, 1, 0), (2, 2, 2)]]
+    for a, d in zip(answers, blocks):
+        a.refresh_due = d
+    merged = combine(layout(), cut, 4, None, answers)
+    assert merged.refresh_due == RefreshDue(before_step=5, full=False, first_id=8, count=6,
+                                            received=3)
+    assert merged.refresh_due.ids(10) == [8, 9, 0, 1, 2, 3]
+    answers[1].refresh_due = None  # a shard none of whose ids are due
+    answers[0].refresh_due = RefreshDue(before_step=5, full=False, first_id=1, count=2,
+                                        received=0)
+    answers[2].refresh_due = None
+    merged = combine(layout(), cut, 4, None, answers)
+    assert (merged.refresh_due.first_id, merged.refresh_due.count) == (1, 2)
+
     def refusal(status):
         cls = ServerError if status >= 500 else Conflict
         return cls(status, Problem(type="urn:dpledger:problem:conflict", title="x",

@@ -134,7 +134,10 @@ impl SplitReport {
             complete: answers.iter().all(|a| a.complete),
             thresholds,
             retired: shard_rule::dataset_ids(&layout.ranges, &retired),
-            refresh_due: RefreshDue::merge(answers.iter().map(|a| a.refresh_due.as_ref())),
+            refresh_due: RefreshDue::merge(
+                &layout.ranges,
+                answers.iter().map(|a| a.refresh_due.as_ref()).enumerate(),
+            ),
         })
     }
 }

@@ -6,6 +6,7 @@
 //! server's OpenAPI document (feature `openapi`).
 
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 use xxhash_rust::xxh3::Xxh3;
 
 /// One part of a step that data-parallel workers report separately.
@@ -163,25 +164,68 @@ impl RefreshDue {
             .collect()
     }
 
-    /// A sharded dataset's due refresh from its shards' (each a full pass
-    /// over its own ids): one full pass over all of them, or `None` when no
-    /// shard has one due.
-    pub fn merge<'a>(parts: impl IntoIterator<Item = Option<&'a RefreshDue>>) -> Option<Self> {
-        parts
+    /// A sharded dataset's due refresh from its shards' (each in its own ids;
+    /// `ranges[s]` is shard `s`'s range of the dataset's ids, in id order):
+    /// a full pass over all of them, or the dataset's round-robin block (each
+    /// shard is due its part of it, one cyclic range of its own ids), with
+    /// what has arrived summed; `None` when no shard has one due. Only the
+    /// shards due before the earliest step count (a shard none of whose ids
+    /// were due may have applied a step the others held). From a subset of
+    /// the shards (a thresholds answer over some ids), the due ids of those
+    /// shards only.
+    pub fn merge<'a>(
+        ranges: &[Range<u64>],
+        parts: impl IntoIterator<Item = (usize, Option<&'a RefreshDue>)>,
+    ) -> Option<Self> {
+        let total = ranges.last().map_or(0, |r| r.end);
+        let parts: Vec<(usize, &RefreshDue)> = parts
             .into_iter()
-            .flatten()
-            .fold(None, |acc: Option<Self>, d| {
-                Some(match acc {
-                    None => d.clone(),
-                    Some(a) => RefreshDue {
-                        before_step: a.before_step.max(d.before_step),
-                        full: a.full && d.full,
-                        first_id: 0,
-                        count: a.count + d.count,
-                        received: a.received + d.received,
-                    },
-                })
-            })
+            .filter_map(|(s, due)| due.map(|d| (s, d)))
+            .collect();
+        // The dataset's next step is its shards' earliest: a shard that
+        // already applied it (it had no id due) tells of a later refresh.
+        let next = parts.iter().map(|(_, d)| d.before_step).min()?;
+        let mut merged: Option<RefreshDue> = None;
+        let mut pieces: Vec<Range<u64>> = Vec::new();
+        for (s, due) in parts.into_iter().filter(|(_, d)| d.before_step == next) {
+            let Some(range) = ranges.get(s) else {
+                continue;
+            };
+            let n = range.end - range.start;
+            let (first, count) = (due.first_id % n.max(1), due.count.min(n));
+            if first + count <= n {
+                pieces.push(range.start + first..range.start + first + count);
+            } else {
+                pieces.push(range.start + first..range.end);
+                pieces.push(range.start..range.start + first + count - n);
+            }
+            merged = Some(match merged {
+                None => due.clone(),
+                Some(a) => RefreshDue {
+                    full: a.full && due.full,
+                    received: a.received + due.received,
+                    ..a
+                },
+            });
+        }
+        let mut merged = merged?;
+        pieces.sort_unstable_by_key(|p| p.start);
+        let mut joined: Vec<Range<u64>> = Vec::with_capacity(pieces.len());
+        for p in pieces.into_iter().filter(|p| !p.is_empty()) {
+            match joined.last_mut() {
+                Some(last) if p.start <= last.end => last.end = last.end.max(p.end),
+                _ => joined.push(p),
+            }
+        }
+        merged.count = joined.iter().map(|p| p.end - p.start).sum();
+        merged.first_id = match joined.as_slice() {
+            _ if merged.full => 0,
+            // A block that wraps past the dataset's last id.
+            [head, .., tail] if head.start == 0 && tail.end == total => tail.start,
+            [first, ..] => first.start,
+            [] => 0,
+        };
+        Some(merged)
     }
 }
 
@@ -200,4 +244,92 @@ pub struct RefreshOutcome {
     /// `effective_step` (`received == count` once complete).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_due: Option<RefreshDue>,
+}
+
+#[cfg(test)]
+mod refresh_due_tests {
+    use super::RefreshDue;
+    use std::ops::Range;
+
+    /// Shard `range`'s part of the dataset's block `ids`, in its own ids, as
+    /// one cyclic range (what a shard's ledger says is due).
+    fn shard_due(range: &Range<u64>, ids: &[u64], t: u64) -> Option<RefreshDue> {
+        let n = range.end - range.start;
+        let local: Vec<u64> = (0..n)
+            .filter(|i| ids.contains(&(range.start + i)))
+            .collect();
+        let first = *local
+            .iter()
+            .find(|&&f| !local.contains(&((f + n - 1) % n)))
+            .or(local.first())?;
+        Some(RefreshDue {
+            before_step: t,
+            full: false,
+            first_id: if local.len() as u64 == n { 0 } else { first },
+            count: local.len() as u64,
+            received: 1,
+        })
+    }
+
+    #[test]
+    fn shards_parts_of_a_block_merge_into_the_datasets_block() {
+        let total = 11u64;
+        let ranges = [0..3, 3..4, 4..9, 9..11];
+        for m in 1..=total {
+            for t in 0..total {
+                let first = (t * m) % total;
+                let ids: Vec<u64> = (0..m).map(|j| (first + j) % total).collect();
+                let parts: Vec<Option<RefreshDue>> =
+                    ranges.iter().map(|r| shard_due(r, &ids, t)).collect();
+                let merged = RefreshDue::merge(
+                    &ranges,
+                    parts.iter().enumerate().map(|(s, d)| (s, d.as_ref())),
+                )
+                .expect("some shard is due");
+                let mut got = merged.ids(total);
+                let mut want = ids.clone();
+                got.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(got, want, "m {m} t {t}: {merged:?}");
+                if m < total {
+                    assert_eq!(merged.first_id, first, "m {m} t {t}");
+                }
+                let shards_due = parts.iter().flatten().count() as u64;
+                assert_eq!((merged.full, merged.received), (false, shards_due));
+            }
+        }
+    }
+
+    #[test]
+    fn full_passes_of_the_shards_merge_into_one() {
+        let ranges = [0..4, 4..10];
+        let full = |n| RefreshDue {
+            before_step: 5,
+            full: true,
+            first_id: 0,
+            count: n,
+            received: 2,
+        };
+        let (a, b) = (full(4), full(6));
+        let merged = RefreshDue::merge(&ranges, [(0, Some(&a)), (1, Some(&b))]).unwrap();
+        assert_eq!(
+            merged,
+            RefreshDue {
+                before_step: 5,
+                full: true,
+                first_id: 0,
+                count: 10,
+                received: 4
+            }
+        );
+        assert_eq!(RefreshDue::merge(&ranges, [(0, None), (1, None)]), None);
+        // A shard that applied step 5 (none of its ids were due) tells of
+        // the refresh before step 6: the dataset's is still the one before 5.
+        let ahead = RefreshDue {
+            before_step: 6,
+            ..full(6)
+        };
+        let merged = RefreshDue::merge(&ranges, [(0, Some(&a)), (1, Some(&ahead))]).unwrap();
+        assert_eq!((merged.before_step, merged.count), (5, 4));
+    }
 }

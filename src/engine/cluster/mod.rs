@@ -35,9 +35,9 @@ pub use node_mark::{unix_ms, MarkRefusal, NodeMarks, MARK_WINDOW};
 pub use placement::{choose_node, Share};
 pub use shard_split::{merge_status, split_range, split_step, SplitStep};
 pub use shards::{
-    check_no_epoch_steps, check_shard_request, check_single_ledger, owning_dataset, parse_shard_id,
-    shard_id, shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS,
-    SHARD_SEPARATOR,
+    check_no_shard_fields, check_shard_request, check_single_ledger, owning_dataset,
+    parse_shard_id, shard_id, shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES,
+    MAX_SHARDS, SHARD_SEPARATOR,
 };
 
 use super::error::{EngineError, EngineResult};

@@ -114,7 +114,10 @@ impl SplitStep {
             complete: answers.iter().all(|a| a.complete),
             thresholds,
             retired,
-            refresh_due: RefreshDue::merge(answers.iter().map(|a| a.refresh_due.as_ref())),
+            refresh_due: RefreshDue::merge(
+                &layout.ranges,
+                answers.iter().map(|a| a.refresh_due.as_ref()).enumerate(),
+            ),
         })
     }
 }
@@ -134,7 +137,7 @@ impl SplitStep {
     /// same checkpoints, as it has the same steps) from its shards' answers
     /// (in shard order), merged by the split rule as a step's are: each id's
     /// new threshold from its shard, in the request's order; every retirement
-    /// as the dataset's id; the step it takes effect at, the latest any shard
+    /// as the dataset's id; the step it takes effect at, the earliest any shard
     /// said (equal between steps).
     pub fn merge_refresh(
         &self,
@@ -152,12 +155,15 @@ impl SplitStep {
         let own: Vec<&[u64]> = answers.iter().map(|a| &a.retired[..]).collect();
         let mut retired = rule::dataset_ids(&layout.ranges, &own);
         retired.sort_unstable();
-        let effective_step = answers.iter().map(|a| a.effective_step).max().unwrap_or(0);
+        let effective_step = answers.iter().map(|a| a.effective_step).min().unwrap_or(0);
         Ok(RefreshOutcome {
             effective_step,
             thresholds,
             retired,
-            refresh_due: RefreshDue::merge(answers.iter().map(|a| a.refresh_due.as_ref())),
+            refresh_due: RefreshDue::merge(
+                &layout.ranges,
+                answers.iter().map(|a| a.refresh_due.as_ref()).enumerate(),
+            ),
         })
     }
 }

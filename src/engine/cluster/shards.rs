@@ -71,19 +71,26 @@ pub fn check_shard_request(config: &DatasetConfig, shards: u32) -> EngineResult<
             config.examples
         )));
     }
-    check_no_epoch_steps(config)
+    check_no_shard_fields(config)
 }
 
-/// Refuses `sampling.epoch_steps` on a dataset's creation (sharded or not):
-/// only the shards of a sharded dataset carry it, set by their layout
-/// ([`ShardLayout::shard_config`]).
-pub fn check_no_epoch_steps(config: &DatasetConfig) -> EngineResult<()> {
+/// Refuses `sampling.epoch_steps` and `refresh.shard` on a dataset's creation
+/// (sharded or not): only the shards of a sharded dataset carry them, set by
+/// their layout ([`ShardLayout::shard_config`]).
+pub fn check_no_shard_fields(config: &DatasetConfig) -> EngineResult<()> {
     if config.is_shuffled_shard() {
         return Err(EngineError::BadRequest {
             detail: "epoch_steps is set only on the shards of a sharded dataset; a dataset's \
                      epoch is ceil(examples / batch_size) steps"
                 .into(),
             field: Some("sampling.epoch_steps"),
+        });
+    }
+    if config.refresh.is_some_and(|r| r.shard.is_some()) {
+        return Err(EngineError::BadRequest {
+            detail: "refresh.shard is set only on the shards of a sharded dataset: leave it out"
+                .into(),
+            field: Some("refresh.shard"),
         });
     }
     Ok(())
@@ -227,7 +234,9 @@ impl ShardLayout {
     /// The configuration of shard `i`: the dataset's with the shard's number
     /// of examples and, with shuffled sampling, the dataset's epoch length
     /// `ceil(n / b)` as `epoch_steps` (a shard's epochs span the dataset, so
-    /// every shard accounts its steps' epochs as one unsharded ledger does).
+    /// every shard accounts its steps' epochs as one unsharded ledger does);
+    /// with a round-robin refresh block, the shard's place in the dataset's
+    /// ids (`refresh.shard`: each shard is due its part of the dataset's block).
     pub fn shard_config(&self, i: usize) -> EngineResult<DatasetConfig> {
         let mut config = self.config()?;
         let steps = config.steps_per_epoch();
@@ -239,6 +248,12 @@ impl ShardLayout {
             .get(i)
             .ok_or_else(|| EngineError::Internal(format!("no shard {i}")))?;
         config.examples = range.end - range.start;
+        if let Some(schedule) = config.refresh.as_mut().filter(|s| s.block.is_some()) {
+            schedule.shard = Some(crate::ledger::ShardSpan {
+                start: range.start,
+                dataset_examples: self.examples,
+            });
+        }
         Ok(config)
     }
 

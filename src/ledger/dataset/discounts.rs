@@ -12,6 +12,7 @@
 //! step adds `O(batch)` and memory grows with the distinct levels an example
 //! was processed at, not with the steps.
 
+use super::levels::LevelCount;
 use super::Ledger;
 use crate::accounting::table::RdpTable;
 use serde::{Deserialize, Serialize};
@@ -73,6 +74,41 @@ impl Discounts {
         for o in rdp.iter_mut() {
             *o = o.max(0.0);
         }
+    }
+
+    /// Turns example `i`'s steps per (segment, threshold level) into its
+    /// discounted history: each discounted step moves from its threshold level
+    /// to the level it was charged at (level 0 costs nothing and is dropped).
+    /// What the PLD estimate composes, so that it reads the same ledger as
+    /// the RDP estimate. `counts` stays sorted by (segment, level).
+    pub(super) fn shift_counts(&self, i: usize, counts: &mut Vec<LevelCount>) {
+        let Some(list) = self.of.get(&(i as u32)) else {
+            return;
+        };
+        for d in list {
+            if let Some(c) = counts
+                .iter_mut()
+                .find(|c| (c.segment, c.level) == (d.segment, d.from))
+            {
+                c.steps = c.steps.saturating_sub(d.count);
+            }
+            if d.to == 0 {
+                continue;
+            }
+            match counts
+                .iter_mut()
+                .find(|c| (c.segment, c.level) == (d.segment, d.to))
+            {
+                Some(c) => c.steps += d.count,
+                None => counts.push(LevelCount {
+                    segment: d.segment,
+                    level: d.to,
+                    steps: d.count,
+                }),
+            }
+        }
+        counts.retain(|c| c.steps > 0);
+        counts.sort_unstable_by_key(|c| (c.segment, c.level));
     }
 
     /// Whether an image fits a ledger of `n` examples with `segments` history

@@ -46,6 +46,11 @@
 //! counts.
 //!
 //! Serialisable (serde) so that ledger snapshots can carry it verbatim.
+//!
+//! Why one file of about 550 lines of code (the rest are its unit tests):
+//! the run-length counts, their pair keys and their limits are one data
+//! structure whose invariants every method keeps; `compact.rs` already holds
+//! its compaction.
 
 use crate::accounting::table::RdpTable;
 use serde::{Deserialize, Serialize};

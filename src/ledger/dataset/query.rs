@@ -116,7 +116,9 @@ impl Ledger {
     }
 
     /// What example `id`'s PLD estimate composes (spec §8): its steps per
-    /// (segment, grid level) and the releases. `O(levels visited)`. The inner
+    /// (segment, grid level) of its discounted ledger (in the predictable mode
+    /// a processed step sits at the level it was charged at, as in the RDP
+    /// estimate) and the releases. `O(levels visited)`. The inner
     /// `Err` says why no estimate exists for this dataset (a release without a
     /// PLD description, or too many distinct hyperparameters).
     pub fn estimate_input(&self, id: u64) -> Result<Result<EstimateInput, String>, LedgerError> {
@@ -127,10 +129,12 @@ impl Ledger {
             ));
         };
         let now = self.next_step;
-        let Some(counts) = self.levels.example_counts(i, self.bucket[i], now) else {
+        let Some(mut counts) = self.levels.example_counts(i, self.bucket[i], now) else {
             let why = self.levels.unavailable().unwrap_or("no level history");
             return Ok(Err(why.to_string()));
         };
+        // The discounted ledger `R` (predictable mode), as the RDP estimate.
+        self.discounts.shift_counts(i, &mut counts);
         let segments = self.levels.segments();
         let c = self.grid.max_norm();
         let levels = counts

@@ -88,10 +88,10 @@ impl Ledger {
                 count: n,
             });
         }
-        schedule.block.map(|m| Due {
+        schedule.block_before(t, n).map(|(first, count)| Due {
             full: false,
-            first: ((t as u128 * m as u128) % n as u128) as u64,
-            count: m.min(n),
+            first,
+            count,
         })
     }
 
@@ -130,7 +130,9 @@ impl Ledger {
     /// without a schedule, at a step where nothing is due, an id not due, or
     /// one already received. The sampled mode takes refreshes at any time.
     pub(super) fn check_on_schedule(&self, ids: &[u64]) -> Result<(), LedgerError> {
-        if !self.config.is_predictable() {
+        // An empty refresh changes nothing (a sharded dataset's shards get
+        // one when none of their ids are in the request).
+        if !self.config.is_predictable() || ids.is_empty() {
             return Ok(());
         }
         let t = self.next_step;
@@ -255,6 +257,52 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::Due;
+    use crate::ledger::{RefreshSchedule, ShardSpan};
+
+    /// The ids a block `(first, count)` over `n` ids names.
+    fn ids_of(due: Option<(u64, u64)>, n: u64) -> Vec<u64> {
+        let mut ids: Vec<u64> = due.map_or(vec![], |(first, count)| {
+            (0..count).map(|j| (first + j) % n).collect()
+        });
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn each_shard_is_due_exactly_its_part_of_the_datasets_block() {
+        for total in 1..14u64 {
+            for m in 1..=total {
+                let whole = RefreshSchedule {
+                    block: Some(m),
+                    ..Default::default()
+                };
+                // Every way to cut the ids into two or three shards.
+                for cut1 in 1..total {
+                    for cut2 in cut1..=total {
+                        let ranges = [(0, cut1), (cut1, cut2), (cut2, total)];
+                        for t in 0..2 * total {
+                            let want = ids_of(whole.block_before(t, total), total);
+                            let mut got = Vec::new();
+                            for &(a, b) in ranges.iter().filter(|(a, b)| a < b) {
+                                let shard = RefreshSchedule {
+                                    shard: Some(ShardSpan {
+                                        start: a,
+                                        dataset_examples: total,
+                                    }),
+                                    ..whole
+                                };
+                                let due = shard.block_before(t, b - a);
+                                assert!(due.is_none_or(|(f, c)| f < b - a && c >= 1 && c <= b - a));
+                                got.extend(ids_of(due, b - a).into_iter().map(|i| i + a));
+                            }
+                            got.sort_unstable();
+                            assert_eq!(got, want, "n {total} m {m} shards {ranges:?} t {t}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_block_wraps_around_the_id_space() {

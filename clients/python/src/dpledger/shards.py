@@ -128,22 +128,56 @@ def merge(layout: ShardLayout, split_report: SplitReport, step: int, part: Optio
         thresholds=thresholds,
         retired=retired,
         part=part,
-        refresh_due=merge_due(answers),
+        refresh_due=merge_due(layout, answers),
     )
 
 
-def merge_due(answers: Sequence[StepOutcome]) -> Optional[RefreshDue]:
-    """The refresh due on the shards, as the dataset's (a sharded dataset
-    schedules full passes only, so the union of the shards' due sets is ids
-    ``0..count``), as the server's and the Rust client's merge."""
-    dues = [a.refresh_due for a in answers if a.refresh_due is not None]
+def merge_due(layout: ShardLayout, answers: Sequence[StepOutcome]) -> Optional[RefreshDue]:
+    """The refresh due on the shards (each in its own ids), as the dataset's:
+    a full pass over all of them, or the dataset's round-robin block (each
+    shard is due its part of it, one cyclic range of its own ids), with what
+    has arrived summed; the server's and the Rust client's merge
+    (``RefreshDue::merge``)."""
+    total = layout.ends[-1] if layout.ends else 0
+    pieces: List[Tuple[int, int]] = []
+    parts = [(s, a.refresh_due) for s, a in enumerate(answers) if a.refresh_due is not None]
+    if not parts:
+        return None
+    # The dataset's next step is its shards' earliest: a shard that already
+    # applied it (it had no id due) tells of a later refresh.
+    first_step = min(d.before_step for _, d in parts)
+    dues = []
+    for s, due in parts:
+        if due.before_step != first_step:
+            continue
+        dues.append(due)
+        start, n = layout.starts[s], layout.ends[s] - layout.starts[s]
+        first, count = due.first_id % max(n, 1), min(due.count, n)
+        if first + count <= n:
+            pieces.append((start + first, start + first + count))
+        else:
+            pieces.append((start + first, start + n))
+            pieces.append((start, start + first + count - n))
     if not dues:
         return None
+    joined: List[List[int]] = []
+    for a, b in sorted(p for p in pieces if p[0] < p[1]):
+        if joined and a <= joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], b)
+        else:
+            joined.append([a, b])
+    full = all(d.full for d in dues)
+    if full or not joined:
+        first_id = 0
+    elif len(joined) >= 2 and joined[0][0] == 0 and joined[-1][1] == total:
+        first_id = joined[-1][0]  # a block that wraps past the last id
+    else:
+        first_id = joined[0][0]
     return RefreshDue(
-        before_step=max(d.before_step for d in dues),
-        full=all(d.full for d in dues),
-        first_id=0,
-        count=sum(d.count for d in dues),
+        before_step=first_step,
+        full=full,
+        first_id=first_id,
+        count=sum(b - a for a, b in joined),
         received=sum(d.received for d in dues),
     )
 

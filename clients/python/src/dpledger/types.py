@@ -24,6 +24,7 @@ __all__ = [
     "IndividualBudget",
     "ThresholdMode",
     "RefreshSchedule",
+    "ShardSpan",
     "ExPostOrders",
     "DatasetConfig",
     "CreateDataset",
@@ -159,6 +160,17 @@ ThresholdMode = Literal["predictable", "sampled"]
 
 
 @dataclass
+class ShardSpan:
+    """A shard's place in its sharded dataset's ids (set by the cluster)."""
+
+    __schema__: ClassVar[str] = "ShardSpan"
+    #: The dataset id of the shard's id 0.
+    start: int
+    #: The dataset's number of examples.
+    dataset_examples: int
+
+
+@dataclass
 class RefreshSchedule:
     """The predictable mode's public refresh schedule."""
 
@@ -167,6 +179,8 @@ class RefreshSchedule:
     full_every: Optional[int] = None
     #: A round-robin block of m ids ``(t*m + j) mod n`` before every step t.
     block: Optional[int] = None
+    #: Set by the cluster on a sharded dataset's shards (never by a user).
+    shard: Optional[ShardSpan] = None
 
 
 @dataclass
