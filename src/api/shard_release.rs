@@ -52,8 +52,8 @@ pub(super) fn answer(outcome: Result<ChangeAnswer, EngineError>) -> Response {
 }
 
 /// Answers a release or budget change of sharded dataset `layout.dataset`
-/// (`cluster_routes::serve_sharded` sends them here), run to its end even if the caller goes (owners
-/// hold their shards' writes until it is decided).
+/// (`cluster_routes::serve_sharded` sends them here), run to its end even if
+/// the caller goes (owners hold their shards' writes until it is decided).
 pub(super) async fn serve(
     state: Arc<AppState>,
     node: Arc<ClusterNode>,
@@ -77,10 +77,11 @@ pub(super) async fn serve(
     .await
 }
 
-/// What a coordinated change of a sharded dataset's needs before it is
-/// answered by `change` (also `shard_labels.rs`'s): the caller's claims and
-/// `Idempotency-Key`, the shards, the raw body; `change` runs to its end even
-/// if the caller goes (owners hold their shards' writes until it is decided).
+/// What a coordinated change of a sharded dataset needs before it is
+/// answered by `change` (a release or budget here; the policy's, labels' and
+/// archive's in their files): the caller's claims and `Idempotency-Key`, the
+/// shards, the raw body; `change` runs to its end even if the caller goes
+/// (owners hold their shards' writes until it is decided).
 pub(super) async fn serve_with<F, Fut>(
     state: Arc<AppState>,
     node: Arc<ClusterNode>,

@@ -170,3 +170,67 @@ impl Peers for HttpPeers {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::errors::engine_response;
+    use axum::response::{IntoResponse, Response};
+
+    async fn parts(r: Response) -> (StatusCode, Option<String>, Option<String>, Vec<u8>) {
+        let text = |name| {
+            r.headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (status, media, after) = (
+            r.status(),
+            text(header::CONTENT_TYPE),
+            text(header::RETRY_AFTER),
+        );
+        let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        (status, media, after, body.to_vec())
+    }
+
+    /// A refusal made here reaches the caller exactly as the problem itself
+    /// would have been answered (status, media type, `Retry-After`, body).
+    #[tokio::test]
+    async fn a_refusal_made_here_is_answered_as_its_problem() {
+        let owner = OwnerRef {
+            node_id: "n2".into(),
+            advertise: "http://127.0.0.1:1".into(),
+        };
+        for problem in [
+            Problem::not_owner(
+                "shard \"d~0\"'s owner could not be reached: retry",
+                Some(owner),
+            ),
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "outcome-unknown",
+                "no answer",
+            ),
+            Problem::internal(StatusCode::BAD_GATEWAY, "malformed"),
+        ] {
+            let direct = parts(problem.clone().into_response()).await;
+            let passed = parts(engine_response(refusal(problem))).await;
+            assert_eq!(direct, passed);
+        }
+    }
+
+    /// An owner's answer is passed on whole, whatever its body.
+    #[tokio::test]
+    async fn an_owners_answer_is_passed_on_whole() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        let answer = NodeAnswer {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            headers,
+            body: axum::body::Bytes::from_static(b"too large"),
+        };
+        let direct = parts(answer.clone().into_response()).await;
+        let passed = parts(engine_response(answered(answer))).await;
+        assert_eq!(direct, passed);
+    }
+}
