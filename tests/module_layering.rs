@@ -331,3 +331,178 @@ fn store_reexports_are_recognised() {
         );
     }
 }
+
+/// The signatures of the plain `pub` functions in `code` (from `fn` to the
+/// body's `{` or the `;`), with the name of each.
+fn pub_signatures(code: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("pub ") {
+        let before = code[..i].chars().last().unwrap_or(' ');
+        if before.is_alphanumeric() || before == '_' || before == '(' {
+            continue;
+        }
+        let rest = code[i + "pub ".len()..].trim_start();
+        let rest = rest.strip_prefix("async ").unwrap_or(rest).trim_start();
+        let Some(sig) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let end = sig.find(['{', ';']).unwrap_or(sig.len());
+        let name: String = sig
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        out.push((name, sig[..end].to_string()));
+    }
+    out
+}
+
+/// The names a module imports from the store (`use crate::store::...`).
+fn store_imports(module: &Module, code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (i, _) in code.match_indices("use ") {
+        let before = code[..i].chars().last().unwrap_or(' ');
+        if before.is_alphanumeric() || before == '_' {
+            continue;
+        }
+        let decl = &code[i + "use ".len()..];
+        let decl = &decl[..decl.find(';').unwrap_or(decl.len())];
+        for r in references(module, decl) {
+            if r.first().is_some_and(|t| t == "store") {
+                if let Some(last) = r.last().filter(|_| r.len() > 1) {
+                    names.insert(last.clone());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The engine's public functions speak the engine's types: one that takes or
+/// returns a store type (a stored key, a store's commit outcome) hands the
+/// store to its callers after all. The store itself is given only to the
+/// constructors that build an engine on it.
+#[test]
+fn engine_functions_take_and_return_no_store_type() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    modules(&src, &Vec::new(), &mut files);
+    // Building an engine (or a cluster node's) on a store, and commands that
+    // run on a store before there is an engine.
+    let constructors = ["recover", "for_cluster", "compact_store"];
+    // Older functions that still hand a store type out (cluster rows, the
+    // step codec's payload, a snapshot's description): this list only
+    // shrinks, and a new function never joins it.
+    let known = [
+        "engine::cluster::view",
+        "engine::cluster::placement::node_memory",
+        "engine::cluster::shards::spread",
+        "engine::commands::payload_from_report",
+        "engine::commands::report_from_payload",
+        "engine::snapshots::snapshot",
+    ];
+    let mut known_seen = BTreeSet::new();
+    let mut seen = 0;
+    let mut found = Vec::new();
+    for (module, code) in &files {
+        if module.first().is_none_or(|m| m != "engine") {
+            continue;
+        }
+        let imported = store_imports(module, code);
+        for (name, sig) in pub_signatures(code) {
+            seen += 1;
+            if constructors.contains(&name.as_str()) {
+                continue;
+            }
+            let words: BTreeSet<&str> = sig
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .collect();
+            let named: Vec<&String> = imported
+                .iter()
+                .filter(|n| words.contains(n.as_str()) && n.as_str() != "store")
+                .collect();
+            if sig.contains("store::") || !named.is_empty() {
+                let path = format!("{}::{name}", module.join("::"));
+                if known.contains(&path.as_str()) {
+                    known_seen.insert(path);
+                } else {
+                    found.push(format!("crate::{path}: {}", sig.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        seen > 50,
+        "the scan found only {seen} public engine functions"
+    );
+    assert!(
+        found.is_empty(),
+        "engine functions that take or return a store type (convert at the store boundary \
+         and give callers the engine's own):\n{}",
+        found.join("\n")
+    );
+    for path in known {
+        assert!(
+            known_seen.contains(path),
+            "crate::{path} no longer hands out a store type: remove it from the known list"
+        );
+    }
+}
+
+/// Changes across shards are coordinated in one place, the engine's
+/// `sharding` module, which reaches other nodes only through its `Peers`
+/// (implemented over HTTP in `api::cluster`): it names no HTTP crate, and the
+/// HTTP layer names none of the protocol's steps (it hands a change to the
+/// coordinator, and an owner's part to the engine), so that a coordinator in
+/// the HTTP layer cannot come back.
+#[test]
+fn shard_changes_are_coordinated_by_the_engine_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    modules(&src, &Vec::new(), &mut files);
+    let sharding: Vec<&Module> = files
+        .keys()
+        .filter(|m| m.starts_with(&["engine".to_string(), "sharding".to_string()]))
+        .collect();
+    assert!(!sharding.is_empty(), "no crate::engine::sharding");
+    for (module, code) in &files {
+        if module.first().is_some_and(|m| m == "engine") {
+            for word in ["reqwest", "hyper::", "HeaderValue", "tower::"] {
+                assert!(
+                    !code.contains(word),
+                    "crate::{} mentions {word}: the engine reaches other nodes through its \
+                     Peers, never over HTTP itself",
+                    module.join("::")
+                );
+            }
+        }
+        if module.first().is_some_and(|m| m == "api") {
+            for step in [
+                "commit_each_across",
+                "release_of_shards",
+                "ShardRecordKind",
+                "new_change_id",
+                "prepare_shard_change",
+                "sharded_key",
+                "split_labels",
+                "dataset_label_names",
+            ] {
+                assert!(
+                    !code.contains(step),
+                    "crate::{} names {step}: changes across shards are coordinated by \
+                     crate::engine::sharding, not the HTTP layer",
+                    module.join("::")
+                );
+            }
+        }
+    }
+    // The coordinator's commit is the engine's alone.
+    for (module, code) in &files {
+        let name = module.join("::");
+        if code.contains("commit_each_across(") {
+            assert!(
+                name == "engine::cluster::shard_release" || name.starts_with("engine::sharding"),
+                "crate::{name} commits a change across shards: only the coordinator does"
+            );
+        }
+    }
+}

@@ -6,8 +6,8 @@
 //! is sent to the node placement chooses (most free memory).
 
 use super::auth::Access;
+use super::cluster::node_client::{client, FORWARDED};
 use super::extract::{ApiPath, Auth};
-use super::node_client::{client, FORWARDED};
 use super::problem::{ApiResult, OwnerRef, Problem};
 use super::state::AppState;
 use crate::engine::cluster::memory_free;
@@ -266,8 +266,8 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     if let Some(layout) = node.known_layout(&id) {
         return serve_sharded(state.clone(), node, layout, request).await;
     }
-    if super::shard_release::is_owner_call(&request) {
-        return super::shard_release::owner_call(state.clone(), node, id, request).await;
+    if super::cluster::is_owner_call(&request) {
+        return super::cluster::owner_call(state.clone(), node, id, request).await;
     }
     if let Some(refusal) = super::shard_routes::refuse_shard_change(&id, &request) {
         return refusal;

@@ -7,7 +7,9 @@ use super::problem::Problem;
 use crate::accounting::InvalidArgument;
 use crate::engine::EngineError;
 use crate::ledger::{ErrorKind, LedgerError};
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 impl From<InvalidArgument> for Problem {
     fn from(e: InvalidArgument) -> Self {
@@ -73,6 +75,37 @@ impl From<EngineError> for Problem {
             EngineError::Internal(_) => {
                 Problem::internal(StatusCode::INTERNAL_SERVER_ERROR, detail)
             }
+            EngineError::ShardsApart(_) => {
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shards-apart", detail)
+            }
+            // Answered verbatim by [`engine_response`]; as a problem, its
+            // status and detail.
+            EngineError::Peer(p) => Problem::new(
+                StatusCode::from_u16(p.status).unwrap_or(StatusCode::BAD_GATEWAY),
+                "internal",
+                detail,
+            ),
         }
     }
+}
+
+/// The answer to give for an engine error: its problem document, or, for
+/// another node's refusal passed on ([`EngineError::Peer`]), that node's
+/// answer as it came (status, media type, `Retry-After`, body), so that a
+/// caller of a sharded dataset hears exactly what the shard's owner said.
+pub(super) fn engine_response(e: EngineError) -> Response {
+    let EngineError::Peer(p) = e else {
+        return Problem::from(e).into_response();
+    };
+    let mut response = Response::builder()
+        .status(StatusCode::from_u16(p.status).unwrap_or(StatusCode::BAD_GATEWAY));
+    if let Some(media) = &p.content_type {
+        response = response.header(header::CONTENT_TYPE, media.as_str());
+    }
+    if let Some(after) = &p.retry_after {
+        response = response.header(header::RETRY_AFTER, after.as_str());
+    }
+    response
+        .body(Body::from(p.body))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }

@@ -11,6 +11,7 @@
 //! | `analysis_routes.rs` | Thudi et al.'s data-dependent analysis over several runs |
 //! | `admin_routes.rs` | server administration: the storage report |
 //! | `cluster_routes.rs` | cluster mode: forwarding to owners or `503 not-owner`, the map, drain |
+//! | `cluster/` | node-to-node calls: the client, the engine's peers over it, the owners' side of the change protocol |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
 //! | `extract.rs` | extractors that turn rejections into problems; raw bodies kept until authorised |
@@ -32,13 +33,13 @@ mod admin_routes;
 mod analysis_routes;
 pub mod auth;
 pub mod bare_errors;
+mod cluster;
 mod cluster_routes;
 mod dataset_routes;
 mod errors;
 pub mod extract;
 pub mod idempotency;
 pub mod listener;
-mod node_client;
 pub mod permissions;
 pub mod problem;
 mod release_routes;
@@ -54,5 +55,6 @@ pub mod state;
 mod task;
 
 pub use auth::{claims_for, parse_ttl, Authorizer, Role};
+pub use cluster::HttpPeers;
 pub use routes::{metrics_router, openapi_document, router};
 pub use state::{AppState, Limits};

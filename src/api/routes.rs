@@ -232,9 +232,6 @@ pub fn openapi_document() -> String {
 /// [`super::bare_errors`] sees the router's own answers (405 with its `Allow`
 /// header, which axum adds outside route layers) and turns them into problems.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Cluster mode: this node runs the policy releases of the sharded
-    // datasets whose first shard it owns.
-    super::shard_policy::install(&state);
     Router::new()
         .fallback_service(routes(state))
         .layer(axum::middleware::from_fn(

@@ -7,16 +7,16 @@
 //! same content completes what is missing.
 
 use super::auth::Access;
+use super::cluster::node_client::call;
 use super::dataset_routes::CreateDataset;
 use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::call;
 use super::problem::{ApiResult, Problem};
-use super::shard_policy::check_policy;
 use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
 use crate::engine::cluster::shard_release::label_names;
 use crate::engine::cluster::{shard_id, shards_for, ClusterNode, ShardLayout};
+use crate::engine::sharding::check_policy;
 use crate::ledger::{Sampling, ThresholdMode};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};

@@ -4,18 +4,19 @@
 //! shards' requests (`engine::cluster::shard_split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
-//! dataset), and merges the answers. Releases, release budgets and labels
-//! are coordinated by `shard_release.rs` (which `cluster_routes.rs` sends them
-//! to), release policies by `shard_policy.rs`. What a dataset's shard is sent
+//! dataset), and merges the answers. Releases, release budgets, release
+//! policies, labels and archiving are changes across shards, coordinated by
+//! the engine (`engine::sharding`; `cluster_routes.rs` sends them to their
+//! handlers, `shard_release.rs` and its siblings). What a dataset's shard is sent
 //! directly that only the dataset may change is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
 
 use super::auth::{Access, Claims};
+use super::cluster::node_client::{call_keyed, NodeAnswer};
 use super::dataset_routes::{DatasetView, RefreshRequest, ThresholdRange, Thresholds};
 use super::extract::{ApiQuery, Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
-use super::node_client::{call_keyed, call_marked, is_marked_path, NodeAnswer};
 use super::problem::{OwnerRef, Problem};
 use super::shard_view::ShardView;
 use super::state::AppState;
@@ -74,29 +75,16 @@ impl Shards {
             .into_response());
         };
         let path = format!("/v1/datasets/{shard}{suffix}");
-        let sent = if is_marked_path(&path) {
-            // The cross-shard change protocol: node-marked.
-            call_marked(
-                &owner.advertise,
-                &self.node,
-                method,
-                &path,
-                self.authorization.as_ref(),
-                body,
-            )
-            .await
-        } else {
-            call_keyed(
-                &owner.advertise,
-                &me.node_id,
-                method,
-                &path,
-                self.authorization.as_ref(),
-                self.idempotency_key.as_ref(),
-                body,
-            )
-            .await
-        };
+        let sent = call_keyed(
+            &owner.advertise,
+            &me.node_id,
+            method,
+            &path,
+            self.authorization.as_ref(),
+            self.idempotency_key.as_ref(),
+            body,
+        )
+        .await;
         sent.map_err(|e| {
             if e.is_connect() {
                 Problem::not_owner(

@@ -560,12 +560,13 @@ impl ServeCmd {
                     let node = crate::engine::cluster::ClusterNode::connect(&url, config)
                         .await
                         .map_err(|e| anyhow::anyhow!("refusing to start: cluster: {e:#}"))?;
-                    AppState::new(
-                        crate::engine::Engine::for_cluster(store, node),
-                        auth,
-                        limits,
-                        metrics.clone(),
-                    )
+                    let engine = crate::engine::Engine::for_cluster(store, node);
+                    // The engine reaches the owners of shards on other nodes
+                    // through the node-to-node client.
+                    if let Some(node) = engine.cluster() {
+                        engine.set_peers(Arc::new(crate::api::HttpPeers::new(node)));
+                    }
+                    AppState::new(engine, auth, limits, metrics.clone())
                 }
             };
             let metrics_listener = match &self.metrics_listen {

@@ -116,6 +116,16 @@ pub enum EngineError {
     /// not be applied); nothing was acknowledged.
     #[error("{0}")]
     Internal(String),
+    /// A change across shards found its shards unable to agree now (steps in
+    /// flight at every try, budgets or label names that differ): nothing was
+    /// charged, and a retry may find them level.
+    #[error("{0}")]
+    ShardsApart(String),
+    /// Another node's refusal of this node's call on the caller's behalf (a
+    /// shard's owner refused a prepare, or could not be reached), kept as it
+    /// was answered so that the caller is told exactly what the owner said.
+    #[error("{0}")]
+    Peer(PeerRefusal),
 }
 
 impl EngineError {
@@ -148,10 +158,27 @@ impl EngineError {
             EngineError::Store(_)
             | EngineError::Unavailable(_)
             | EngineError::NotOwner(_)
-            | EngineError::Internal(_) => {
+            | EngineError::Internal(_)
+            | EngineError::ShardsApart(_) => {
                 "the server could not record this release; the policy tries again at its next step"
             }
             _ => "the policy's release was refused; a curator of the dataset can read why",
+        }
+    }
+
+    /// Whether the refusal is the server's side not doing its part now (what
+    /// a front end answers 5xx): retrying may help, unlike a refusal of the
+    /// request itself. A sharded policy release retries on these and records
+    /// them as unavailability.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            EngineError::Store(_) => !self.is_duplicate() && !self.is_key_in_use(),
+            EngineError::Unavailable(_)
+            | EngineError::NotOwner(_)
+            | EngineError::Internal(_)
+            | EngineError::ShardsApart(_) => true,
+            EngineError::Peer(p) => p.status >= 500,
+            _ => false,
         }
     }
 
@@ -205,6 +232,38 @@ fn store_detail(e: &StoreError) -> String {
         ),
         _ => "the store could not make this change durable; nothing was applied or acknowledged: retry"
             .to_string(),
+    }
+}
+
+/// Another node's refusal of a call, kept as it answered: its status, media
+/// type, `Retry-After` and body. The HTTP layer answers it verbatim; the
+/// engine reads only whether it is the server's side ([`Self::status`] 5xx)
+/// and its detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerRefusal {
+    /// The answer's status code.
+    pub status: u16,
+    /// Its media type, when it had one.
+    pub content_type: Option<String>,
+    /// Its `Retry-After`, when it had one.
+    pub retry_after: Option<String>,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl PeerRefusal {
+    /// The body as JSON (a problem document), or `null`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for PeerRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.json()["detail"].as_str() {
+            Some(detail) => f.write_str(detail),
+            None => write!(f, "refused with {}", self.status),
+        }
     }
 }
 

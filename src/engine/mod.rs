@@ -34,6 +34,7 @@
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
 //! | `cluster/` | cluster mode: leases, serving deadline, takeover, drain (`docs/cluster.md`) |
+//! | `sharding/` | changes of a sharded dataset coordinated across its shards, and the [`sharding::Peers`] it reaches other nodes through |
 //! | `accountant.rs` | the stateless accountant's requests (validated) and computations, for the CLI and the HTTP API |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
@@ -61,6 +62,7 @@ mod recovery;
 mod release_view;
 mod releases;
 mod revocation;
+pub mod sharding;
 mod snapshot_codec;
 mod snapshots;
 mod storage;
@@ -96,6 +98,9 @@ pub struct Engine {
     store: Arc<dyn Store>,
     /// Cluster mode: this node's identity, leases and coordination connection.
     cluster: Option<Arc<cluster::ClusterNode>>,
+    /// Cluster mode: the coordinator of changes across shards (its peers,
+    /// its policy releases in flight).
+    sharding: Arc<sharding::Sharding>,
 }
 
 impl std::fmt::Debug for Engine {

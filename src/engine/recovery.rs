@@ -97,6 +97,7 @@ impl Engine {
             datasets: Arc::new(datasets),
             store,
             cluster: None,
+            sharding: Default::default(),
         })
     }
 

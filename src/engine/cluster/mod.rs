@@ -15,7 +15,7 @@
 //! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
 //! | `shard_prepare.rs` | a shard's part of a sharded release: statistics from a view at one step, then the write lock |
 //! | `shard_labels.rs` | labels after creation of a sharded dataset: the dataset's label order and each shard's record |
-//! | `shard_release.rs` | releases and budgets of a sharded dataset: prepared on every shard, committed in one fenced transaction |
+//! | `shard_release.rs` | a change across shards on each shard (prepared, held, decided) and its commit in one fenced transaction; coordinated by `engine::sharding` |
 //! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
 //! | `node_mark.rs` | the node mark: an HMAC with the cluster's secret that only nodes can put on a node-to-node call |
 //! | `unknown.rs` | a short-lived negative cache of dataset names that exist nowhere |
@@ -120,8 +120,6 @@ pub struct ClusterNode {
     held: shard_release::Held,
     /// The connection of changes across shards (not the lease loop's).
     changes: ClusterDb,
-    /// What runs sharded policy releases (`shard_policy.rs`), set at start.
-    policy_hook: shard_policy::HookSlot,
     /// The cluster's key of node marks (never logged: `Debug` redacts it).
     marks: NodeMarks,
     /// Dataset names found to exist nowhere, lately (routing's negative cache).
@@ -195,7 +193,6 @@ impl ClusterNode {
             layouts: DashMap::new(),
             held: DashMap::new(),
             changes,
-            policy_hook: std::sync::OnceLock::new(),
             marks,
             unknown: unknown::UnknownIds::default(),
         })
@@ -373,6 +370,7 @@ impl Engine {
             datasets: Arc::new(DashMap::new()),
             store,
             cluster: Some(Arc::new(node)),
+            sharding: Default::default(),
         }
     }
 

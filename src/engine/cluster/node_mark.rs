@@ -6,7 +6,7 @@
 //! cross-shard change protocol (prepare, decide) without a valid, fresh mark,
 //! so that a caller's token alone (a curator's, sent by hand) cannot hold a
 //! shard's writes. Pure computation: the api layer puts the mark in a header
-//! and checks it (`api::node_client::sign_node_call`).
+//! and checks it (`api::cluster::node_client::sign_node_call`).
 //!
 //! Format: `v1:{unix_ms}:{hex tag}:{node_id}`; the tag covers
 //! `dpledger-node-mark-v1\n{METHOD}\n{path?query}\n{unix_ms}\n{node_id}\n`

@@ -6,40 +6,19 @@
 //! each shard's creation, so every shard's book holds the same policy. No shard
 //! releases on its own: one coordinator sees the due step. The owner of the
 //! dataset's first shard (`{dataset}~0`), when its part of a step leaves it at
-//! a multiple of `every_steps`, tells the [`ShardPolicyHook`] the api layer
-//! installed at start ([`ClusterNode::set_policy_hook`]); the hook runs a
-//! cross-shard release with trigger `policy` on a task of its own (the engine
-//! never does HTTP, and the step is never delayed).
+//! a multiple of `every_steps`, starts a cross-shard release with trigger
+//! `policy` on a task of its own (`engine::sharding`'s policy coordinator; the
+//! step is never delayed).
 //!
 //! [`ShardChange::Policy`]: super::shard_release::ShardChange::Policy
 
-use super::{parse_shard_id, ClusterNode};
+use super::parse_shard_id;
 use crate::engine::dataset::Dataset;
 use crate::engine::error::EngineResult;
 use crate::engine::Engine;
 use crate::ledger::Ledger;
 use crate::release::ReleaseTrigger;
-use std::sync::{Arc, OnceLock};
-
-/// What starts a sharded dataset's policy release: implemented by the api
-/// layer, which can reach the other shards' owners (the engine cannot).
-pub trait ShardPolicyHook: Send + Sync + std::fmt::Debug {
-    /// Shard 0 of sharded dataset `dataset` applied its part of a due step
-    /// and is at `step` (its next step). Must return at once: it is called
-    /// with shard 0's write lock held.
-    fn due(&self, dataset: &str, step: u64);
-}
-
-/// Where a node keeps its hook (one per process, set once at start).
-pub(crate) type HookSlot = OnceLock<Arc<dyn ShardPolicyHook>>;
-
-impl ClusterNode {
-    /// Install the hook that runs sharded policy releases (the api layer, at
-    /// start). A second call is ignored: the first hook stays.
-    pub fn set_policy_hook(&self, hook: Arc<dyn ShardPolicyHook>) {
-        let _ = self.policy_hook.set(hook);
-    }
-}
+use std::sync::Arc;
 
 impl Engine {
     /// Whether the newest release of `shard` (served here) is a policy
@@ -55,13 +34,13 @@ impl Engine {
 
     /// After a completed step of `ds`, with its write lock held: whether `ds`
     /// is a shard (then the dataset's policy is the coordinator's business,
-    /// never the shard's own: `true`, and for shard 0 at a due step the hook
-    /// is told). `false` for an ordinary dataset, whose policy releases on
+    /// never the shard's own: `true`, and for shard 0 at a due step the
+    /// release starts). `false` for an ordinary dataset, whose policy releases on
     /// its own (`policy.rs`).
     pub(in crate::engine) fn shard_policy_step(&self, ds: &Arc<Dataset>, ledger: &Ledger) -> bool {
-        let Some(node) = &self.cluster else {
+        if self.cluster.is_none() {
             return false;
-        };
+        }
         let Some((dataset, start)) = parse_shard_id(&ds.id) else {
             return false;
         };
@@ -76,14 +55,7 @@ impl Engine {
         if every == 0 || step % every != 0 {
             return true;
         }
-        match node.policy_hook.get() {
-            Some(hook) => hook.due(dataset, step),
-            None => tracing::warn!(
-                dataset,
-                step,
-                "a sharded policy release is due but no coordinator is installed"
-            ),
-        }
+        self.sharded_policy_due(dataset);
         true
     }
 }

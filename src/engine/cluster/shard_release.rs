@@ -11,9 +11,9 @@
 //!    retirements) and answers with its epoch, the view's step, its budget and
 //!    the statistics. It then holds the lock until the change is decided, at
 //!    most `wait`.
-//! 2. **Commit** (the coordinating node, [`Engine::commit_across`]): the
-//!    mechanism runs once on the merged statistics
-//!    ([`release_of_shards`]), then one PostgreSQL transaction inserts the
+//! 2. **Commit** (the coordinating node, `engine::sharding`, through
+//!    [`Engine::commit_each_across`]): the mechanism runs once on the merged
+//!    statistics (`sharding::release_of_shards`), then one PostgreSQL transaction inserts the
 //!    decision `commit` and one record per shard, each fenced by the epoch its
 //!    owner prepared under.
 //! 3. **Decide** (each owner, [`Engine::decide_shard_change`], when the
@@ -32,14 +32,10 @@ use super::ClusterNode;
 use crate::engine::book::{apply_release, apply_setting, export_gauges, parse_release};
 use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::releases::now_secs;
 use crate::engine::Engine;
 use crate::ledger::IdempotencyKey;
 use crate::ledger::Ledger;
-use crate::release::{
-    BudgetStatus, QuantileMethod, Release, ReleasePolicy, ReleaseRequest, ReleaseSummary,
-    ReleaseTrigger,
-};
+use crate::release::{BudgetStatus, ReleasePolicy, ReleaseRequest, ReleaseSummary};
 use crate::store::cluster as stored;
 use crate::store::{Record, RecordKind, StoredRecord};
 use dashmap::DashMap;
@@ -58,7 +54,7 @@ pub fn new_change_id() -> String {
     stored::new_change_id()
 }
 
-/// What a commit across shards did ([`Engine::commit_across`]): the engine's
+/// What a commit across shards did ([`Engine::commit_each_across`]): the engine's
 /// own answer (the store's, converted at the boundary), so that callers above
 /// the engine never name a store type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,15 +209,6 @@ fn held_key(shard: &str, id: &str) -> String {
     format!("{shard}/{id}")
 }
 
-/// Why the shards' statistics cannot make one release.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Apart {
-    /// The shards are at different steps (a step is in flight): try again.
-    Steps(Vec<u64>),
-    /// The shards disagree on what must be equal (budget, bound, releases).
-    Disagree(String),
-}
-
 /// The label names of a sharded dataset's creation in order of first use,
 /// from its specification: parsed once per layout (`ShardLayout::label_names`);
 /// labels set later extend them (`shard_labels::dataset_label_names`).
@@ -239,102 +226,23 @@ pub fn label_names(spec: &str) -> Vec<String> {
     names
 }
 
-/// The release the shards' prepared statistics make: checked to describe one
-/// step with one bound and one budget, merged exactly, the mechanism run once;
-/// `trigger` says who asked (a curator, or the dataset's policy). `creation`
-/// is the creation's label names (the layout's `label_names`); the groups
-/// merge in the dataset's order derived from them and the shards' books
-/// (`shard_labels::dataset_label_names`), labels after creation included.
-pub fn release_of_shards(
-    request: &ReleaseRequest,
-    prepared: &[Prepared],
-    creation: &[String],
-    trigger: ReleaseTrigger,
-) -> Result<Release, Apart> {
-    let first = prepared
-        .first()
-        .ok_or_else(|| Apart::Disagree("no shard".into()))?;
-    let names = &super::shard_labels::dataset_label_names(
-        creation,
-        prepared.iter().map(|p| p.labels.as_slice()),
-    )
-    .ok_or_else(|| Apart::Disagree("the shards' label names differ".into()))?;
-    if prepared.iter().any(|p| p.step != first.step) {
-        return Err(Apart::Steps(prepared.iter().map(|p| p.step).collect()));
+/// What a coordinator checks of a change, checked again by each owner: an
+/// owner never computes on what a coordinator refuses (`bins: 0`, a budget
+/// that is not a finite rho >= 0), whichever node sent it.
+pub(crate) fn validate_change(change: &mut ShardChange) -> EngineResult<()> {
+    match change {
+        ShardChange::Release(request) => request.validate().map_err(EngineError::from),
+        ShardChange::Policy(Some(policy)) => policy.validate().map_err(EngineError::from),
+        ShardChange::Policy(None) => Ok(()),
+        ShardChange::Budget(rho) if rho.is_finite() && *rho >= 0.0 => Ok(()),
+        ShardChange::Labels | ShardChange::Archive => Ok(()),
+        ShardChange::Budget(rho) => {
+            Err(EngineError::from(crate::accounting::InvalidArgument::new(
+                "rho",
+                format!("a release budget is a finite rho >= 0, not {rho}"),
+            )))
+        }
     }
-    let same_budget = |p: &Prepared| {
-        p.budget.releases == first.budget.releases
-            && p.budget.rho_spent.to_bits() == first.budget.rho_spent.to_bits()
-            && p.budget.rho_budget.map(f64::to_bits) == first.budget.rho_budget.map(f64::to_bits)
-    };
-    if !prepared.iter().all(same_budget) {
-        return Err(Apart::Disagree("the shards' release budgets differ".into()));
-    }
-    // A shard without statistics could not describe the step asked (it is
-    // past it, or did not reach it in time): ask again.
-    let parts: Vec<&PreparedRelease> = prepared
-        .iter()
-        .map(|p| p.release.as_ref())
-        .collect::<Option<_>>()
-        .ok_or_else(|| Apart::Steps(prepared.iter().map(|p| p.step).collect()))?;
-    let (delta, bound) = (parts[0].delta, parts[0].bound);
-    if parts
-        .iter()
-        .any(|p| p.delta.to_bits() != delta.to_bits() || p.bound.to_bits() != bound.to_bits())
-    {
-        return Err(Apart::Disagree(
-            "the shards' worst cases differ at the same step".into(),
-        ));
-    }
-    let summaries: Vec<ReleaseSummary> = parts.iter().map(|p| p.summary.clone()).collect();
-    let merged = ReleaseSummary::merge_all(request, &summaries, names, bound)
-        .map_err(|m| Apart::Disagree(format!("the shards' statistics differ: {}", m.0)))?;
-    let mut rng = crate::release::rng::release_rng(first.step);
-    let values = merged.release(&mut rng, request, None, bound);
-    Ok(Release {
-        id: first.budget.releases + 1,
-        step: first.step,
-        released_at: now_secs(),
-        trigger,
-        request: request.clone(),
-        delta,
-        bound,
-        rho: request.rho(),
-        values,
-    })
-}
-
-/// Refuse what a sharded dataset cannot release exactly: the interactive
-/// gradient quantiles, and groups when the dataset has no labels (`names`:
-/// the dataset's, `shard_labels::dataset_label_names`).
-pub fn check_sharded_request(request: &ReleaseRequest, names: &[String]) -> EngineResult<()> {
-    check_interactive(request)?;
-    if request.by_group && names.is_empty() {
-        return Err(EngineError::Conflict {
-            detail: "by_group needs labels, and this sharded dataset has none: assign them \
-                     with PUT /v1/datasets/{dataset}/labels"
-                .into(),
-            field: Some("by_group"),
-        });
-    }
-    Ok(())
-}
-
-/// Refuse the interactive gradient quantiles (no sufficient statistics).
-pub fn check_interactive(request: &ReleaseRequest) -> EngineResult<()> {
-    if request
-        .quantiles
-        .as_ref()
-        .is_some_and(|q| q.method == QuantileMethod::GradientDescent)
-    {
-        return Err(EngineError::Conflict {
-            detail: "quantiles method gradient_descent is interactive and has no sufficient \
-                     statistics to merge across shards: use kss"
-                .into(),
-            field: Some("quantiles.method"),
-        });
-    }
-    Ok(())
 }
 
 impl Engine {
@@ -617,27 +525,11 @@ impl Engine {
     }
 
     /// The coordinator's commit of change `id` across shards (module note,
-    /// step 2): one record of `kind` and `payload` for each of `shards`
-    /// (name, epoch its owner prepared under), the key stored under the
-    /// sharded dataset's name.
-    pub async fn commit_across(
-        &self,
-        id: &str,
-        kind: ShardRecordKind,
-        payload: Vec<u8>,
-        shards: Vec<(String, u64)>,
-        key: Option<(String, IdempotencyKey)>,
-    ) -> EngineResult<CrossCommit> {
-        let shards = shards
-            .into_iter()
-            .map(|(dataset, epoch)| (dataset, epoch, payload.clone()))
-            .collect();
-        self.commit_each_across(id, kind, shards, key).await
-    }
-
-    /// [`Self::commit_across`] with each shard's own payload (`(name, epoch,
-    /// payload)`): labels after creation give each shard its examples' part.
-    pub async fn commit_each_across(
+    /// step 2): one record of `kind` for each of `shards` (name, epoch its
+    /// owner prepared under, its payload: labels after creation give each
+    /// shard its examples' part), the key stored under the sharded dataset's
+    /// name. Only the coordinator (`engine::sharding`) commits.
+    pub(in crate::engine) async fn commit_each_across(
         &self,
         id: &str,
         kind: ShardRecordKind,
@@ -688,8 +580,9 @@ impl Engine {
     }
 
     /// A change stored under sharded dataset `dataset` with idempotency key
-    /// `key`, if any (read from the store).
-    pub async fn sharded_key(
+    /// `key`, if any (read from the store; the coordinator's, which keeps the
+    /// store's type inside the engine).
+    pub(in crate::engine) async fn sharded_key(
         &self,
         dataset: &str,
         key: &str,

@@ -117,7 +117,7 @@ pub async fn call_keyed(
         authorization.map(|a| (header::AUTHORIZATION, a.clone())),
         idempotency_key.map(|k| {
             (
-                HeaderName::from_static(super::idempotency::HEADER),
+                HeaderName::from_static(crate::api::idempotency::HEADER),
                 k.clone(),
             )
         }),
