@@ -12,7 +12,7 @@
 //!    the statistics. It then holds the lock until the change is decided, at
 //!    most `wait`.
 //! 2. **Commit** (the coordinating node, `engine::sharding`, through
-//!    [`Engine::commit_each_across`]): the mechanism runs once on the merged
+//!    `Engine::commit_each_across`): the mechanism runs once on the merged
 //!    statistics (`sharding::release_of_shards`), then one PostgreSQL transaction inserts the
 //!    decision `commit` and one record per shard, each fenced by the epoch its
 //!    owner prepared under.
@@ -54,7 +54,7 @@ pub fn new_change_id() -> String {
     stored::new_change_id()
 }
 
-/// What a commit across shards did ([`Engine::commit_each_across`]): the engine's
+/// What a commit across shards did (`Engine::commit_each_across`): the engine's
 /// own answer (the store's, converted at the boundary), so that callers above
 /// the engine never name a store type.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -93,7 +93,7 @@ impl Engine {
     /// The owner's side of a prepare, whoever coordinates (another node's
     /// call, or this node's own coordinator in-process): the change checked
     /// again (an owner never computes on what a coordinator refuses, whichever
-    /// node sent it), then prepared and held for at most [`HOLD`].
+    /// node sent it), then prepared and held for at most `HOLD`.
     pub async fn prepare_for_coordinator(
         &self,
         shard: &str,
