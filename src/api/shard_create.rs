@@ -17,7 +17,6 @@ use super::state::AppState;
 use crate::engine::cluster::shard_release::label_names;
 use crate::engine::cluster::{shard_id, shards_for, ClusterNode, ShardLayout};
 use crate::engine::sharding::check_policy;
-use crate::ledger::{Sampling, ThresholdMode};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -68,21 +67,6 @@ async fn create_inner(
             "id must be 1-64 characters of A-Z a-z 0-9 . _ - (and not . or ..)",
         )
         .with_field("id"));
-    }
-    if matches!(body.config.sampling, Sampling::Shuffle { .. }) {
-        // Not yet: a shard reloaded after a restart was seen to announce an
-        // epoch-boundary retirement late (docs/sharding.md "Refresh
-        // schedules"), so sharded shuffled datasets take the sampled mode.
-        match body.config.thresholds {
-            None => body.config.thresholds = Some(ThresholdMode::Sampled),
-            Some(ThresholdMode::Predictable) => {
-                return Err(Problem::bad_request(
-                    "a sharded dataset with shuffled batches takes only \"sampled\" thresholds",
-                )
-                .with_field("thresholds"))
-            }
-            Some(ThresholdMode::Sampled) => {}
-        }
     }
     body.config = body.config.clone().with_creation_defaults()?;
     if body.config.label_budgets.is_some() {

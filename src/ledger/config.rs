@@ -203,15 +203,13 @@ impl DatasetConfig {
     }
 
     /// The configuration a new dataset is created with: the threshold mode
-    /// made explicit (predictable, unless clipping is global or the dataset is
-    /// a shard of a shuffled one, which take the sampled protocol) and, in the
+    /// made explicit (predictable, unless clipping is global, where only the
+    /// sampled protocol exists) and, in the
     /// predictable mode, the ex-post order set aimed at the planned steps.
     /// The result is what the log stores, so a replay never re-derives it.
     pub fn with_creation_defaults(mut self) -> Result<Self> {
         if self.thresholds.is_none() {
-            // A shard of a shuffled dataset takes the sampled mode (not yet
-            // predictable: docs/sharding.md "Refresh schedules").
-            let predictable = self.clipping == Clipping::PerExample && !self.is_shuffled_shard();
+            let predictable = self.clipping == Clipping::PerExample;
             self.thresholds = Some(if predictable {
                 ThresholdMode::Predictable
             } else {
@@ -357,12 +355,6 @@ impl DatasetConfig {
             return Err(InvalidArgument::new(
                 "thresholds",
                 "global clipping has no per-example thresholds to predict; use \"sampled\" (every per-example number is then an estimate)",
-            ));
-        }
-        if mode == ThresholdMode::Predictable && self.is_shuffled_shard() {
-            return Err(InvalidArgument::new(
-                "thresholds",
-                "a shard of a shuffled dataset takes only \"sampled\" thresholds (every per-example number an estimate; the worst case stays a guarantee)",
             ));
         }
         if let Some(schedule) = self.refresh {
