@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{example_privacy, get, post, refresh, Server};
+use common::{example_privacy, example_privacy_with, get, post, refresh, Server};
 use serde_json::{json, Value};
 
 const DELTA: f64 = 1e-5;
@@ -509,15 +509,8 @@ fn the_estimate_reads_the_discounted_ledger() {
     // steps at the level it was processed at (0.2), the unsampled one's two at
     // its threshold (C = 1).
     let pld = |i: u64| {
-        let r = get(
-            &format!(
-                "{}/v1/datasets/disc/examples/{i}/privacy?delta={DELTA}&method=pld_estimate",
-                server.url
-            ),
-            Some(&server.admin_token()),
-        );
-        assert_eq!(r.status, 200, "{:?}", r.body);
-        r.body["pld_estimate"].clone()
+        example_privacy_with(&server, "disc", i, DELTA, "&method=pld_estimate")["pld_estimate"]
+            .clone()
     };
     let levels = |p: &Value| -> Vec<(f64, u64)> {
         p["levels"]

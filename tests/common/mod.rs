@@ -298,9 +298,21 @@ pub fn refresh(server: &Server, dataset: &str, ids: &[u64], norms: &[f64]) -> Re
 /// The admin's privacy answer for `example` of `dataset` at `delta` (the
 /// whole body: the example's parts and the worst case), asserting 200.
 pub fn example_privacy(server: &Server, dataset: &str, example: u64, delta: f64) -> Value {
+    example_privacy_with(server, dataset, example, delta, "")
+}
+
+/// [`example_privacy`] with `extra` appended to its query (e.g.
+/// `&method=pld_estimate`).
+pub fn example_privacy_with(
+    server: &Server,
+    dataset: &str,
+    example: u64,
+    delta: f64,
+    extra: &str,
+) -> Value {
     let r = get(
         &format!(
-            "{}/v1/datasets/{dataset}/examples/{example}/privacy?delta={delta}",
+            "{}/v1/datasets/{dataset}/examples/{example}/privacy?delta={delta}{extra}",
             server.url
         ),
         Some(&server.admin_token()),

@@ -281,7 +281,9 @@ mod tests {
                     for cut2 in cut1..=total {
                         let ranges = [(0, cut1), (cut1, cut2), (cut2, total)];
                         for t in 0..2 * total {
-                            let want = ids_of(whole.block_before(t, total), total);
+                            // The dataset's block, from its definition.
+                            let mut want: Vec<u64> = (0..m).map(|j| (t * m + j) % total).collect();
+                            want.sort_unstable();
                             let mut got = Vec::new();
                             for &(a, b) in ranges.iter().filter(|(a, b)| a < b) {
                                 let shard = RefreshSchedule {

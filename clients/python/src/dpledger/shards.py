@@ -158,8 +158,6 @@ def merge_due(layout: ShardLayout, answers: Sequence[StepOutcome]) -> Optional[R
         else:
             pieces.append((start + first, start + n))
             pieces.append((start, start + first + count - n))
-    if not dues:
-        return None
     joined: List[List[int]] = []
     for a, b in sorted(p for p in pieces if p[0] < p[1]):
         if joined and a <= joined[-1][1]:
