@@ -9,7 +9,8 @@
 //! identical. Also: a retried release (idempotency key) is charged once; an
 //! owner that prepared a change and is told to decide without a commit aborts
 //! it and lets its writes go; a SIGKILL of a shard owner during releases
-//! leaves every shard with the same releases.
+//! leaves every shard with the same releases; under an individual budget each
+//! shard leaves out of a release's input the examples one ledger leaves out.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -232,6 +233,172 @@ fn releases_of_four_shards_on_three_nodes_equal_one_ledgers() {
     let r = post(&url(0, "/v1/datasets/big/releases"), Some(&curator), &gd);
     assert_eq!(r.status, 409, "{:?}", r.body);
     assert_eq!(r.body["field"], "quantiles.method");
+}
+
+/// The examples each release record of `dataset` left out of its input, in
+/// the dataset's ids: an unsharded dataset's records, or the union of its
+/// shards' (`{dataset}~{start}`, whose records name the shard's own ids).
+fn logged_left_out(cluster: &Cluster, dataset: &str) -> Vec<Vec<u64>> {
+    let (url, dataset) = (cluster.schema.url.clone(), dataset.to_string());
+    let rows: Vec<(String, Vec<u8>)> = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query(
+            "SELECT dataset, payload FROM dpledger_events \
+             WHERE (dataset = $1 OR dataset LIKE $1 || '~%') AND kind = 4 ORDER BY seq",
+            &[&dataset],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    })
+    .join()
+    .unwrap();
+    let mut by_release: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for (name, payload) in rows {
+        let start: u64 = name.split_once('~').map_or(0, |(_, s)| s.parse().unwrap());
+        let record: Value = serde_json::from_slice(&payload).unwrap();
+        let ids = by_release
+            .entry(record["id"].as_u64().unwrap())
+            .or_default();
+        for run in record["left_out"].as_array().into_iter().flatten() {
+            let (a, b) = (run[0].as_u64().unwrap(), run[1].as_u64().unwrap());
+            ids.extend((a..b).map(|i| start + i));
+        }
+    }
+    by_release
+        .into_values()
+        .map(|mut ids| {
+            ids.sort_unstable();
+            ids
+        })
+        .collect()
+}
+
+/// Under an individual budget, a release of a sharded dataset leaves out of
+/// its input the examples its cost would take past their budget (spec §6),
+/// each shard its own, exactly as one ledger does: the same released values
+/// (which hold only when the merged statistics are bit-identical, left-out
+/// terms 0 included), the same examples left out in the logs, the same
+/// per-example privacy after it; a release that would leave out everyone is
+/// refused alike.
+#[test]
+fn releases_leave_out_examples_near_their_budget_as_one_ledger() {
+    let Some(cluster) = seeded_cluster() else {
+        return;
+    };
+    let admin = cluster.admin_token();
+    let q = 0.1;
+    let mut config = poisson_config(N, q, 2.0);
+    config["individual_budget"] = json!({"epsilon": 2.0, "delta": 1e-5});
+    for (id, shards) in [("near-plain", Value::Null), ("near", json!(4))] {
+        let r = post(
+            &format!("{}/v1/datasets", cluster.nodes[0].url),
+            Some(&admin),
+            &json!({"id": id, "config": config, "shards": shards}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let url = |i: usize, d: &str, what: &str| {
+        format!("{}/v1/datasets/{d}/{what}", cluster.nodes[i % 3].url)
+    };
+    let both = |i: usize, what: &str, f: &dyn Fn(&str) -> Reply| -> (Reply, Reply) {
+        (f(&url(i, "near-plain", what)), f(&url(i + 1, "near", what)))
+    };
+    // Steps until a few examples retired, a retired example's id no longer
+    // sent (as a trainer drops it).
+    let mut retired: Vec<u64> = Vec::new();
+    for (t, step) in poisson_trace(41, N, q, 300).iter().enumerate() {
+        if retired.len() >= 4 {
+            break;
+        }
+        let mut step = step.clone();
+        let pairs: Vec<(Value, Value)> = step["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(step["norms"].as_array().unwrap())
+            .filter(|(id, _)| !retired.contains(&id.as_u64().unwrap()))
+            .map(|(id, n)| (id.clone(), n.clone()))
+            .collect();
+        step["ids"] = pairs.iter().map(|p| p.0.clone()).collect();
+        step["norms"] = pairs.iter().map(|p| p.1.clone()).collect();
+        let (a, b) = both(t, "steps", &|u| post(u, Some(&admin), &step));
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        assert_eq!(a.body, b.body, "step {t}");
+        retired.extend(
+            a.body["retired"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap()),
+        );
+    }
+    assert!(retired.len() >= 4, "the run retired {retired:?}");
+    let (a, b) = both(0, "release-budget", &|u| {
+        put(u, Some(&admin), &json!({"rho": 100.0}))
+    });
+    assert_eq!(
+        (a.status, b.status),
+        (200, 200),
+        "{:?} {:?}",
+        a.body,
+        b.body
+    );
+
+    // A release that leaves some out: the same values, the same examples
+    // left out, the same per-example privacy after it.
+    let request = json!({
+        "mean": {"rho": 0.02},
+        "quantiles": {"rho": 0.02, "levels": [0.25, 0.5, 0.75]}
+    });
+    let (a, b) = both(1, "releases", &|u| post(u, Some(&admin), &request));
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    assert_eq!(b.status, 201, "{:?}", b.body);
+    assert_eq!(timeless(a.body.clone()), timeless(b.body.clone()));
+    let (plain, sharded) = (
+        logged_left_out(&cluster, "near-plain"),
+        logged_left_out(&cluster, "near"),
+    );
+    assert_eq!(plain.len(), 1);
+    assert_eq!(plain, sharded, "the examples left out");
+    let out = &plain[0];
+    assert!(
+        !out.is_empty() && out.len() < N as usize,
+        "the release should leave some examples out, not all: {out:?}"
+    );
+    assert!(
+        retired.iter().all(|i| out.contains(i)),
+        "{retired:?} {out:?}"
+    );
+    for id in 0..N {
+        let (a, b) = both(id as usize, &format!("examples/{id}/privacy"), &|u| {
+            get(u, Some(&admin))
+        });
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        assert_eq!(a.body, b.body, "example {id}");
+    }
+    let (a, b) = both(2, "worst-case", &|u| get(u, Some(&admin)));
+    assert_eq!(a.body, b.body);
+
+    // A release whose cost passes every example's budget is refused alike
+    // (it would tell nothing), and nothing is charged.
+    let huge = json!({"mean": {"rho": 50.0}});
+    let (a, b) = both(2, "releases", &|u| post(u, Some(&admin), &huge));
+    assert_eq!(a.status, 409, "{:?}", a.body);
+    assert_eq!(refusal(&a), refusal(&b));
+    assert!(
+        b.body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("every example"),
+        "{:?}",
+        b.body
+    );
+    assert_eq!(logged_left_out(&cluster, "near").len(), 1);
+    let (a, b) = both(0, "release-budget", &|u| get(u, Some(&admin)));
+    assert_eq!(a.body, b.body);
+    assert_eq!(b.body["releases"], 1);
 }
 
 /// An owner that prepared a change and is asked to decide before any commit

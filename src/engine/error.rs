@@ -65,15 +65,13 @@ pub enum EngineError {
     /// their individual budget that the filter would retire them, or past it
     /// (releases never retire examples). Examples near their budget are left
     /// out of a release's input (spec §6) by their ledgers at the step the
-    /// release read; this happens when steps since brought others near, or on
-    /// a sharded dataset, whose releases leave no one out. The count depends
-    /// on individual epsilons: only curators may read it.
+    /// release read; this happens when steps since brought others near. The
+    /// count depends on individual epsilons: only curators may read it.
     #[error(
         "this release would push {would_retire} examples that it does not leave out of its \
          input so close to their individual budget that the filter would retire them (steps \
-         applied while it was computed brought them near it, or the dataset is sharded, \
-         whose releases leave no example out); releases never retire examples (trainers \
-         learn of retirements only from step answers): retry, or spend less rho"
+         applied while it was computed brought them near it); releases never retire examples \
+         (trainers learn of retirements only from step answers): retry, or spend less rho"
     )]
     WouldRetire {
         /// How many examples the filter would retire.

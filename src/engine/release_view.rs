@@ -155,10 +155,7 @@ impl Engine {
         request: ReleaseRequest,
         trigger: ReleaseTrigger,
     ) -> EngineResult<ReleaseOutcome> {
-        let (bound, mut epsilons) = self.view_pass(view, true).await?;
-        for &i in &view.left_out {
-            epsilons[i as usize] = 0.0;
-        }
+        let (bound, epsilons) = self.view_pass(view, true).await?;
         let labels = view.labels.take().unwrap_or_default();
         let values = {
             let request = request.clone();
@@ -184,7 +181,8 @@ impl Engine {
     }
 
     /// Step 2's pass, without the write lock: the worst case `B` at the view's
-    /// step and every example's epsilon there, bounded by the PLD worst case.
+    /// step and every example's epsilon there, bounded by the PLD worst case,
+    /// with 0 for the examples the release leaves out (their terms).
     /// Also the statistics pass of a shard's prepare
     /// (`cluster::shard_prepare`).
     ///
@@ -217,13 +215,16 @@ impl Engine {
             examples: view.examples,
             pld_epsilon,
         };
-        let epsilons = if idle {
+        let mut epsilons = if idle {
             background(move || pass.run()).await?
         } else {
             tokio::task::spawn_blocking(move || pass.run())
                 .await
                 .map_err(|_| EngineError::Internal("a release's pass stopped".into()))??
         };
+        for &i in &view.left_out {
+            epsilons[i as usize] = 0.0;
+        }
         Ok((bound, epsilons))
     }
 
@@ -278,6 +279,11 @@ impl OpenView {
         self.delta
     }
 
+    /// The examples the release leaves out of its input (sorted ids).
+    pub(super) fn left_out(&self) -> &[u32] {
+        &self.left_out
+    }
+
     /// A by-group release's labels, as at the view's step (taken once).
     pub(super) fn take_labels(&mut self) -> Option<Labels> {
         self.labels.take()
@@ -298,57 +304,64 @@ pub(super) fn open_view(
     ledger: &mut Ledger,
     request: &ReleaseRequest,
 ) -> EngineResult<OpenView> {
-    open_view_with(ds, ledger, request, true, true)
+    open_view_with(ds, ledger, request, ViewScope::Dataset)
+}
+
+/// What a view's ledger holds: a whole dataset, or one shard of a sharded
+/// dataset (whose coordinator checks what only the whole dataset can say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ViewScope {
+    /// The dataset: a by-group release needs labels, and one that would leave
+    /// every example out is refused.
+    Dataset,
+    /// One shard: it may hold none of the labelled examples (its part is then
+    /// its unlabelled group), and it may leave all of its examples out while
+    /// other shards keep theirs.
+    Shard,
 }
 
 impl Engine {
     /// [`open_view`] for a shard's part of a sharded release
     /// (`cluster::shard_prepare`), where a by-group release is not refused
-    /// for want of labels: a shard of a labelled dataset may hold none of the
-    /// labelled examples (its part is then its unlabelled group), and the
-    /// coordinator checks the dataset's labels.
+    /// for want of labels (a shard of a labelled dataset may hold none of the
+    /// labelled examples: its part is then its unlabelled group) nor for
+    /// leaving all of the shard's examples out: the coordinator checks the
+    /// dataset's labels and whether the release leaves anyone in.
     pub(super) fn open_shard_view(
         &self,
         ds: &Arc<Dataset>,
         ledger: &mut Ledger,
         request: &ReleaseRequest,
     ) -> EngineResult<OpenView> {
-        open_view_with(ds, ledger, request, false, false)
+        open_view_with(ds, ledger, request, ViewScope::Shard)
     }
 }
 
-/// [`open_view`], refusing a by-group release of a dataset without labels
-/// only when `labels_required`, and leaving out of the release's input the
-/// examples it would push past their budget when `leave_out` (else refusing
-/// a release that would: a shard's part, whose commit records no ids).
+/// [`open_view`] of a dataset or of a shard (`scope`): the checks, then the
+/// examples the release would push past their budget, which it leaves out of
+/// its input (spec §6), then the view.
 fn open_view_with(
     ds: &Arc<Dataset>,
     ledger: &mut Ledger,
     request: &ReleaseRequest,
-    labels_required: bool,
-    leave_out: bool,
+    scope: ViewScope,
 ) -> EngineResult<OpenView> {
     let rho = request.rho();
     let labels = {
         let book = ds.book_read();
         check_budget(ds, &book, rho)?;
-        if labels_required {
+        if scope == ViewScope::Dataset {
             check_labels(ds, &book, request.by_group)?;
         }
         request.by_group.then(|| book.labels.clone())
     };
-    let left_out = if leave_out {
-        // Everyone else fits by the same rule on this same state, so only the
-        // incomplete-step check of `check_charge` remains (its `O(n)` count
-        // would be 0); the commit checks again after later steps.
-        ledger.check_release()?;
-        ledger.release_left_out(&rdp_of_rho(ledger.orders(), rho))
-    } else {
-        check_charge(ledger, rho, &[])?;
-        Vec::new()
-    };
+    // Everyone else fits by the same rule on this same state, so only the
+    // incomplete-step check of `check_charge` remains (its `O(n)` count
+    // would be 0); the commit checks again after later steps.
+    ledger.check_release()?;
+    let left_out = ledger.release_left_out(&rdp_of_rho(ledger.orders(), rho));
     let examples = ledger.examples();
-    if examples > 0 && left_out.len() as u64 == examples {
+    if scope == ViewScope::Dataset && examples > 0 && left_out.len() as u64 == examples {
         return Err(EngineError::LeavesOutEveryone { examples });
     }
     let delta = request.delta.unwrap_or(ledger.config().delta);

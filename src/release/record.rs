@@ -58,6 +58,15 @@ impl LeftOut {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// How many examples were left out (the runs' lengths; a malformed run
+    /// counts as none, as [`LeftOut::ids`] refuses it).
+    pub fn count(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|&[start, end]| u64::from(end.saturating_sub(start)))
+            .sum()
+    }
 }
 
 #[cfg(test)]
@@ -70,6 +79,7 @@ mod tests {
         let runs = LeftOut::from_ids(&ids);
         assert_eq!(runs.0, vec![[0, 3], [5, 6], [7, 9]]);
         assert_eq!(runs.ids().unwrap(), ids);
+        assert_eq!(runs.count(), ids.len() as u64);
         assert!(LeftOut::from_ids(&[]).is_empty());
     }
 

@@ -19,8 +19,10 @@
 //! 3. **Lock** (write lock, kept until the change is decided): close the view
 //!    and check again against the ledger as it is now, where the charge will
 //!    land (the owner's epoch unchanged, no multi-part step incomplete, the
-//!    budget, no example retired by the charge); the answer says the view's
-//!    step, which the release record names.
+//!    budget, no example it does not leave out retired by the charge); the
+//!    answer says the view's step, which the release record names, and the
+//!    shard's examples the release leaves out of its input (spec §6), which
+//!    the shard's record keeps.
 
 use super::shard_release::{Prepared, PreparedRelease, Ready};
 use crate::engine::dataset::Dataset;
@@ -28,7 +30,7 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::{check_budget, check_charge};
 use crate::engine::Engine;
 use crate::ledger::Ledger;
-use crate::release::{ReleaseRequest, ReleaseSummary};
+use crate::release::{LeftOut, ReleaseRequest, ReleaseSummary};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,7 +128,7 @@ impl Engine {
             check_budget(ds, &book, rho)?;
             (book.budget, book.labels.names().to_vec())
         };
-        check_charge(&ledger, rho, &[])?;
+        check_charge(&ledger, rho, view.left_out())?;
         let prepared = Prepared {
             epoch,
             step: view.step(),
@@ -135,6 +137,7 @@ impl Engine {
                 delta: view.delta(),
                 bound,
                 summary,
+                left_out: LeftOut::from_ids(view.left_out()),
             }),
             labels: names,
         };

@@ -35,7 +35,7 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::Engine;
 use crate::ledger::IdempotencyKey;
 use crate::ledger::Ledger;
-use crate::release::{BudgetStatus, ReleasePolicy, ReleaseRequest, ReleaseSummary};
+use crate::release::{BudgetStatus, LeftOut, ReleasePolicy, ReleaseRequest, ReleaseSummary};
 use crate::store::cluster as stored;
 use crate::store::{Record, RecordKind, StoredRecord};
 use dashmap::DashMap;
@@ -175,8 +175,13 @@ pub struct PreparedRelease {
     /// The worst-case epsilon `B` at the shard's step (data-independent: the
     /// same on every shard at the same step).
     pub bound: f64,
-    /// The shard's examples' statistics.
+    /// The shard's examples' statistics (a left-out example's term is 0).
     pub summary: ReleaseSummary,
+    /// The shard's examples (its own ids) that the release leaves out of its
+    /// input: its cost would take them past their individual budget (spec
+    /// §6). Kept in the shard's release record, for replay; never served.
+    #[serde(default, skip_serializing_if = "LeftOut::is_empty")]
+    pub left_out: LeftOut,
 }
 
 /// What a shard's prepare gives its holder.

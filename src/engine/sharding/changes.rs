@@ -1,6 +1,7 @@
 //! The changes of a sharded dataset, each one change across its shards
 //! through the coordinator (`coordinator.rs`): a release (the mechanism run
-//! once on the shards' merged statistics), a release budget, a release
+//! once on the shards' merged statistics, each shard leaving out of its input
+//! its examples near their budget), a release budget, a release
 //! policy, labels after creation (each shard's own record) and archiving
 //! (every shard at one step). Each checks what an unsharded dataset checks,
 //! in the same order, so that a sharded dataset refuses what an unsharded one
@@ -14,7 +15,8 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::ReleaseOutcome;
 use crate::ledger::IdempotencyKey;
 use crate::release::{
-    BudgetStatus, LabelAssignment, Labels, ReleasePolicy, ReleaseRequest, ReleaseTrigger,
+    BudgetStatus, LabelAssignment, Labels, LeftOut, ReleasePolicy, ReleaseRecord, ReleaseRequest,
+    ReleaseTrigger,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -109,13 +111,41 @@ impl Coordinator {
                     )));
                 }
             };
+            // Each shard left out of its input the examples the release would
+            // take past their budget (spec §6); one that leaves out every
+            // example of the dataset tells nothing.
+            let left_out: Vec<LeftOut> = prepared
+                .iter()
+                .map(|p| {
+                    p.release
+                        .as_ref()
+                        .map(|r| r.left_out.clone())
+                        .unwrap_or_default()
+                })
+                .collect();
+            let examples = self.layout.examples;
+            if examples > 0 && left_out.iter().map(LeftOut::count).sum::<u64>() == examples {
+                self.decide_all(&id).await;
+                return Err(EngineError::LeavesOutEveryone { examples });
+            }
             let before = prepared[0].budget;
             let budget = BudgetStatus {
                 rho_spent: before.rho_spent + release.rho,
                 releases: before.releases + 1,
                 ..before
             };
-            let payload = serde_json::to_vec(&release).unwrap_or_default();
+            // One record per shard: the release, and the shard's own
+            // examples it left out (replay charges exactly the others).
+            let payloads = left_out
+                .into_iter()
+                .map(|left_out| {
+                    let record = ReleaseRecord {
+                        release: release.clone(),
+                        left_out,
+                    };
+                    serde_json::to_vec(&record).unwrap_or_default()
+                })
+                .collect();
             let outcome = ReleaseOutcome { release, budget };
             let answer = ChangeAnswer {
                 created: true,
@@ -123,7 +153,7 @@ impl Coordinator {
             };
             let kind = ShardRecordKind::Release;
             return self
-                .commit_same(&id, kind, payload, &prepared, key, answer)
+                .commit(&id, kind, payloads, &prepared, key, answer)
                 .await;
         }
         Err(steps_apart(&last))
