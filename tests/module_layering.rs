@@ -395,7 +395,6 @@ fn engine_functions_take_and_return_no_store_type() {
     let known = [
         "engine::cluster::view",
         "engine::cluster::placement::node_memory",
-        "engine::cluster::shards::spread",
         "engine::commands::payload_from_report",
         "engine::commands::report_from_payload",
         "engine::snapshots::snapshot",
@@ -500,7 +499,7 @@ fn shard_changes_are_coordinated_by_the_engine_only() {
         let name = module.join("::");
         if code.contains("commit_each_across(") {
             assert!(
-                name == "engine::cluster::shard_release" || name.starts_with("engine::sharding"),
+                name.starts_with("engine::sharding"),
                 "crate::{name} commits a change across shards: only the coordinator does"
             );
         }

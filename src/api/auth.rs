@@ -11,7 +11,7 @@
 //! RS256), in which case it cannot mint tokens itself.
 
 use super::problem::Problem;
-use crate::engine::cluster::owning_dataset;
+use crate::engine::sharding::owning_dataset;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;

@@ -205,7 +205,7 @@ fn dataset_of(path: &str) -> Option<&str> {
 async fn serve_sharded(
     state: Arc<AppState>,
     node: Arc<crate::engine::cluster::ClusterNode>,
-    layout: Arc<crate::engine::cluster::ShardLayout>,
+    layout: Arc<crate::engine::sharding::ShardLayout>,
     request: Request,
 ) -> Response {
     let rest = request
@@ -263,7 +263,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     let Some(id) = dataset_of(request.uri().path()).map(str::to_string) else {
         return next.run(request).await;
     };
-    if let Some(layout) = node.known_layout(&id) {
+    if let Some(layout) = state.engine.known_layout(&id) {
         return serve_sharded(state.clone(), node, layout, request).await;
     }
     if super::cluster::is_owner_call(&request) {
@@ -301,7 +301,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     };
     let Some(lease) = lease else {
         // No lease: a sharded dataset (its shards have the leases), or none.
-        match node.layout_of(&id).await {
+        match state.engine.layout_of(&id).await {
             Ok(Some(layout)) => {
                 return serve_sharded(state.clone(), node, layout, request).await;
             }

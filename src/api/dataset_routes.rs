@@ -237,7 +237,7 @@ async fn create_dataset(
         .with_field("shards"));
     }
     if let (None, Some(bound)) = (state.engine.cluster(), state.limits.single_max_examples) {
-        crate::engine::cluster::check_single_ledger(&body.config, bound)?;
+        crate::engine::sharding::check_single_ledger(&body.config, bound)?;
     }
     let setup = DatasetSetup {
         release_budget: body

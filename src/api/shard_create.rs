@@ -14,9 +14,10 @@ use super::idempotency::IdempotencyHeader;
 use super::problem::{ApiResult, Problem};
 use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
-use crate::engine::cluster::shard_release::label_names;
-use crate::engine::cluster::{shard_id, shards_for, ClusterNode, ShardLayout};
+use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::check_policy;
+use crate::engine::sharding::owners::label_names;
+use crate::engine::sharding::{shard_id, shards_for, ShardLayout};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -130,7 +131,7 @@ async fn create_inner(
         }
         let target = targets
             .get(s)
-            .map_or(node.config.advertise.clone(), |t| t.advertise.clone());
+            .map_or(node.config.advertise.clone(), Clone::clone);
         let (me, own) = (node.config.node_id.clone(), node.config.advertise.clone());
         let auth = authorization.clone();
         tasks.push(tokio::spawn(async move {

@@ -1,7 +1,7 @@
 //! A sharded dataset over HTTP (`docs/sharding.md`
 //! "Shards"). Any node answers a sharded dataset's requests: it authorises
 //! the caller for the dataset, splits the request by id range into its
-//! shards' requests (`engine::cluster::shard_split`), sends them in parallel
+//! shards' requests (`engine::sharding::split`), sends them in parallel
 //! to the shards' owners (itself included, over loopback) with the caller's
 //! `Authorization` (each owner authorises again, for the shard as its
 //! dataset), and merges the answers. Releases, release budgets, release
@@ -11,6 +11,12 @@
 //! directly that only the dataset may change is refused with
 //! `409 urn:dpledger:problem:sharded-unsupported`, never answered wrongly.
 //! A creation with `"shards"` is coordinated by `shard_create.rs`.
+//!
+//! Why one file of about 700 lines: it is the sharded datasets' own router
+//! (every dataset endpoint a sharded dataset answers, and the fan-out of their
+//! parts to the shards' owners over HTTP), kept whole until those endpoints
+//! are served by the axum handlers through the engine (`docs/cluster.md`,
+//! "Known limits").
 
 use super::auth::{Access, Claims};
 use super::cluster::node_client::{call_keyed, NodeAnswer};
@@ -20,10 +26,9 @@ use super::idempotency::IdempotencyHeader;
 use super::problem::{OwnerRef, Problem};
 use super::shard_view::ShardView;
 use super::state::AppState;
-use crate::engine::cluster::{
-    merge_status, split_range, split_step, ClusterNode, ShardLayout, SplitStep,
-};
+use crate::engine::cluster::ClusterNode;
 use crate::engine::payload_from_report;
+use crate::engine::sharding::{merge_status, split_range, split_step, ShardLayout, SplitStep};
 use crate::ledger::{LedgerStatus, RefreshOutcome, StepOutcome, WorstCaseBounds};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -485,7 +490,7 @@ async fn serve_inner(
 /// hand makes the dataset read-only (its view says archived), which archiving
 /// the dataset completes.
 pub(super) fn refuse_shard_change(id: &str, request: &Request) -> Option<Response> {
-    let (dataset, _) = crate::engine::cluster::parse_shard_id(id)?;
+    let (dataset, _) = crate::engine::sharding::parse_shard_id(id)?;
     let path = request.uri().path();
     let post = *request.method() == Method::POST;
     let is_step = path.ends_with("/steps") && post;

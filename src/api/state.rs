@@ -30,7 +30,7 @@ impl Default for Limits {
         Self {
             max_body_bytes: 64 << 20,
             max_threshold_range: 1 << 20,
-            max_shard_examples: crate::engine::cluster::DEFAULT_MAX_SHARD_EXAMPLES,
+            max_shard_examples: crate::engine::sharding::DEFAULT_MAX_SHARD_EXAMPLES,
             single_max_examples: None,
             revocation_reload_seconds: 5,
         }

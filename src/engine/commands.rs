@@ -85,11 +85,11 @@ impl Engine {
         setup: DatasetSetup,
         key: Option<IdempotencyKey>,
     ) -> EngineResult<Arc<Dataset>> {
-        // A shard of a sharded dataset (cluster mode, `cluster/shards.rs`) is
+        // A shard of a sharded dataset (cluster mode, `sharding/layout.rs`) is
         // created by the node coordinating its dataset's creation.
         match &self.cluster {
-            Some(node) if !valid_dataset_id(id) => {
-                node.check_shard_creation(id, &config, setup.release_policy.as_ref())
+            Some(_) if !valid_dataset_id(id) => {
+                self.check_shard_creation(id, &config, setup.release_policy.as_ref())
                     .await?
             }
             _ if !valid_dataset_id(id) => {
@@ -99,7 +99,7 @@ impl Engine {
                     field: Some("id"),
                 })
             }
-            _ => super::cluster::check_no_shard_fields(&config)?,
+            _ => super::sharding::check_no_shard_fields(&config)?,
         }
         // The threshold mode and the ex-post orders become explicit in the
         // stored configuration, so that a replay never re-derives them.

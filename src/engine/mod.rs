@@ -33,8 +33,9 @@
 //! | `allocator.rs` | freed memory goes back to the operating system (glibc's mmap threshold, trim) |
 //! | `archive.rs` | archived datasets' per-example answers written to, and served from, the store |
 //! | `storage.rs` | what is kept where: the storage report and its gauges |
-//! | `cluster/` | cluster mode: leases, serving deadline, takeover, drain (`docs/cluster.md`) |
-//! | `sharding/` | changes of a sharded dataset coordinated across its shards, and the [`sharding::Peers`] it reaches other nodes through |
+//! | `cluster/` | cluster membership: leases, serving deadline, takeover, drain, placement (`docs/cluster.md`) |
+//! | `shard_names.rs` | the names of shards (`{dataset}~{start}`), below both `cluster/` and `sharding/` |
+//! | `sharding/` | sharded datasets: layouts, splits, the change coordinator and the owners' side of its protocol, and the [`sharding::Peers`] it reaches other nodes through |
 //! | `accountant.rs` | the stateless accountant's requests (validated) and computations, for the CLI and the HTTP API |
 //!
 //! Per-dataset state derived from the log (a worst-case accountant, snapshots)
@@ -62,6 +63,7 @@ mod recovery;
 mod release_view;
 mod releases;
 mod revocation;
+mod shard_names;
 pub mod sharding;
 mod snapshot_codec;
 mod snapshots;

@@ -47,7 +47,7 @@ impl Engine {
     /// note). Never fails or delays the step.
     pub(super) fn policy_release(&self, ds: &Arc<Dataset>, ledger: &mut Ledger) {
         // A shard's policy is its dataset's: run across shards by one
-        // coordinator (`cluster/shard_policy.rs`), never by a shard alone.
+        // coordinator (`sharding/policy.rs`), never by a shard alone.
         if self.shard_policy_step(ds, ledger) {
             return;
         }

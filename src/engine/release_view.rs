@@ -184,7 +184,7 @@ impl Engine {
     /// step and every example's epsilon there, bounded by the PLD worst case,
     /// with 0 for the examples the release leaves out (their terms).
     /// Also the statistics pass of a shard's prepare
-    /// (`cluster::shard_prepare`).
+    /// (`sharding::prepare`).
     ///
     /// `idle`: on a thread at idle priority, so that the node's steps come
     /// first (an unsharded release); else on tokio's blocking pool at normal
@@ -322,7 +322,7 @@ enum ViewScope {
 
 impl Engine {
     /// [`open_view`] for a shard's part of a sharded release
-    /// (`cluster::shard_prepare`), where a by-group release is not refused
+    /// (`sharding::prepare`), where a by-group release is not refused
     /// for want of labels (a shard of a labelled dataset may hold none of the
     /// labelled examples: its part is then its unlabelled group) nor for
     /// leaving all of the shard's examples out: the coordinator checks the

@@ -1,6 +1,6 @@
 //! The rule that splits a step's batch by id range over a sharded dataset's
 //! shards, written once for the two places that apply it: the
-//! server's node-side split (`src/engine/cluster/shard_split.rs`) and the Rust
+//! server's node-side split (`src/engine/sharding/split.rs`) and the Rust
 //! client's split before sending (`dpledger_client::shard`); both depend on this
 //! crate.
 //! Both must cut a report into identical parts, so that a part sent by the

@@ -9,8 +9,8 @@
 
 use super::node_client::{call_marked, NodeAnswer, SHARD_CHANGES};
 use crate::api::problem::{OwnerRef, Problem, NOT_OWNER, PROBLEM_JSON};
-use crate::engine::cluster::shard_release::{Decision, Prepared, ShardChange};
 use crate::engine::cluster::ClusterNode;
+use crate::engine::sharding::owners::{Decision, Prepared, ShardChange};
 use crate::engine::sharding::{PeerCall, PeerFuture, PeerRefusal, Peers};
 use crate::engine::{EngineError, EngineResult};
 use axum::http::{header, HeaderValue, Method, StatusCode};

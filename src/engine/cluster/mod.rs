@@ -11,36 +11,20 @@
 //! |---|---|
 //! | `mod.rs` | [`ClusterNode`]: identity, lease validity, adopting and losing datasets, the cluster view |
 //! | `leases.rs` | the lease loop: heartbeat, renewal, takeover of expired leases, drain, rebalancing |
-//! | `placement.rs` | where a new dataset goes (most free memory), fair shares, the node's memory figures |
-//! | `shards.rs` | sharded datasets: shard names, id ranges, layouts, where shards go |
-//! | `shard_prepare.rs` | a shard's part of a sharded release: statistics from a view at one step, then the write lock |
-//! | `shard_labels.rs` | labels after creation of a sharded dataset: the dataset's label order and each shard's record |
-//! | `shard_release.rs` | a change across shards on each shard (prepared, held, decided) and its commit in one fenced transaction; coordinated by `engine::sharding` |
-//! | `shard_split.rs` | a sharded request split by id range into its shards' requests, their answers merged |
+//! | `placement.rs` | where a new dataset or shard goes (most free memory; shards spread in turn), fair shares, the node's memory figures |
 //! | `node_mark.rs` | the node mark: an HMAC with the cluster's secret that only nodes can put on a node-to-node call |
 //! | `unknown.rs` | a short-lived negative cache of dataset names that exist nowhere |
 
 mod leases;
 mod node_mark;
 mod placement;
-pub mod shard_labels;
-pub mod shard_policy;
-mod shard_prepare;
-pub mod shard_release;
-mod shard_split;
-mod shards;
 mod unknown;
 
 pub use node_mark::{unix_ms, MarkRefusal, NodeMarks, MARK_WINDOW};
 pub use placement::{choose_node, Share};
-pub use shard_split::{merge_status, split_range, split_step, SplitStep};
-pub use shards::{
-    check_no_shard_fields, check_shard_request, check_single_ledger, owning_dataset,
-    parse_shard_id, shard_id, shard_ranges, shards_for, ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES,
-    MAX_SHARDS, SHARD_SEPARATOR,
-};
 
 use super::error::{EngineError, EngineResult};
+use super::shard_names::owning_dataset;
 use super::{Dataset, Engine, SnapshotPolicy};
 use crate::store::cluster::{ClusterDb, LeaseRow, NodeMemory, NodeRow};
 use crate::store::{Store, StoreError};
@@ -98,7 +82,7 @@ pub struct ClusterConfig {
 pub struct ClusterNode {
     /// Identity and lease length.
     pub config: ClusterConfig,
-    db: ClusterDb,
+    pub(in crate::engine) db: ClusterDb,
     /// Until when (by this process's monotonic clock) every lease this node
     /// renewed is certainly still valid in the database: the instant the last
     /// successful renewal was *sent*, plus the TTL, minus a safety margin.
@@ -114,17 +98,18 @@ pub struct ClusterNode {
     nodes: Mutex<Vec<NodeRow>>,
     /// Signalled when a draining node holds no dataset any more.
     drained: tokio::sync::Notify,
-    /// Sharded datasets' layouts as read (they never change).
-    layouts: DashMap<String, Arc<ShardLayout>>,
-    /// Changes across shards prepared on this node's shards (`shard_release.rs`).
-    held: shard_release::Held,
-    /// The connection of changes across shards (not the lease loop's).
-    changes: ClusterDb,
+    /// The connection of changes across shards (not the lease loop's, so
+    /// that a commit or a decision never holds up a lease renewal).
+    pub(in crate::engine) changes: ClusterDb,
     /// The cluster's key of node marks (never logged: `Debug` redacts it).
     marks: NodeMarks,
     /// Dataset names found to exist nowhere, lately (routing's negative cache).
     unknown: unknown::UnknownIds,
 }
+
+/// Bound of each statement of a commit across shards or of a decision (on
+/// their own connection, [`ClusterNode::changes`]).
+pub(in crate::engine) const CHANGE_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Records replayed by a takeover's load from which the new owner writes a
 /// snapshot at once (see `Engine::adopt`): half what the snapshot policy lets
@@ -159,7 +144,7 @@ impl ClusterNode {
         let db = ClusterDb::connect(store_url, statement_timeout(config.lease_ttl)).await?;
         // Its own connection: a commit across shards or a decision that waits
         // for one must not hold up this node's lease renewals.
-        let changes = ClusterDb::connect(store_url, shard_release::STATEMENT_TIMEOUT).await?;
+        let changes = ClusterDb::connect(store_url, CHANGE_STATEMENT_TIMEOUT).await?;
         // The cluster's secret: made by the first node, read by the others.
         let mut fresh = [0u8; 32];
         getrandom::fill(&mut fresh).map_err(|e| anyhow::anyhow!("no system randomness: {e}"))?;
@@ -190,8 +175,6 @@ impl ClusterNode {
             leases: Mutex::new((None, Vec::new())),
             nodes: Mutex::new(nodes),
             drained: tokio::sync::Notify::new(),
-            layouts: DashMap::new(),
-            held: DashMap::new(),
             changes,
             marks,
             unknown: unknown::UnknownIds::default(),

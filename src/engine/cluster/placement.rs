@@ -89,6 +89,25 @@ impl Share {
 }
 
 impl ClusterNode {
+    /// The advertised URLs of the nodes `shards` shards go to: the active
+    /// nodes by most free memory (ties: smallest id), in turn, so that shards
+    /// land on different nodes where there are enough. Empty when no
+    /// heartbeat was read yet.
+    pub fn spread(&self, shards: usize) -> Vec<String> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut order = Vec::new();
+        while let Some(next) = choose_node(&nodes, self.config.lease_ttl).cloned() {
+            nodes.retain(|n| n.node_id != next.node_id);
+            order.push(next);
+        }
+        if order.is_empty() {
+            return Vec::new();
+        }
+        (0..shards)
+            .map(|i| order[i % order.len()].advertise.clone())
+            .collect()
+    }
+
     /// The node a new dataset should be created on, by the heartbeats last
     /// read; `None` for this node (or when nothing was read yet).
     pub fn placement(&self) -> Option<NodeRow> {

@@ -10,7 +10,8 @@
 //! Bounded: at most [`UNKNOWN_MAX`] names, the cache then declining new ones
 //! (they cost their reads, as without a cache).
 
-use super::{owning_dataset, ClusterNode, Lease};
+use super::{ClusterNode, Lease};
+use crate::engine::shard_names::owning_dataset;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -26,10 +26,7 @@ impl Engine {
     /// The datasets run `id` is read from, in id order: its shards when it is
     /// a sharded dataset of this cluster, else itself.
     pub(super) async fn run_parts(&self, id: &str) -> EngineResult<Vec<Part>> {
-        let layout = match &self.cluster {
-            Some(node) => node.layout_of(id).await?,
-            None => None,
-        };
+        let layout = self.layout_of(id).await?;
         Ok(match layout {
             Some(layout) => (0..layout.ranges.len())
                 .map(|s| Part {

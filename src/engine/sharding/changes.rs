@@ -8,9 +8,9 @@
 //! does with the same words.
 
 use super::coordinator::{ChangeAnswer, Coordinator, ROUNDS};
+use super::labels::{dataset_label_names, split_labels};
 use super::merge::{check_interactive, check_sharded_request, release_of_shards, Apart};
-use crate::engine::cluster::shard_labels::{dataset_label_names, split_labels};
-use crate::engine::cluster::shard_release::{new_change_id, ShardChange, ShardRecordKind};
+use super::owners::{new_change_id, ShardChange, ShardRecordKind};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::ReleaseOutcome;
 use crate::ledger::IdempotencyKey;

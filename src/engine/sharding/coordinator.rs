@@ -7,11 +7,12 @@
 //! among the shards, the commit's outcomes and the idempotency key's stored
 //! answer.
 
-use super::{Credential, Owner, PeerCall, Peers};
-use crate::engine::cluster::shard_release::{
+use super::owners::{
     validate_change, CrossCommit, Decision, Prepared, ShardChange, ShardRecordKind,
 };
-use crate::engine::cluster::{ClusterNode, ShardLayout};
+use super::ShardLayout;
+use super::{Credential, Owner, PeerCall, Peers};
+use crate::engine::cluster::ClusterNode;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::Engine;
 use crate::ledger::IdempotencyKey;

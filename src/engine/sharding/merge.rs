@@ -4,8 +4,8 @@
 //! ([`release_of_shards`]: checked to describe one step with one bound and one
 //! budget, merged exactly, the mechanism run once). Pure: no shard is called.
 
-use crate::engine::cluster::shard_labels::dataset_label_names;
-use crate::engine::cluster::shard_release::{Prepared, PreparedRelease};
+use super::labels::dataset_label_names;
+use super::owners::{Prepared, PreparedRelease};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::now_secs;
 use crate::release::{QuantileMethod, Release, ReleaseRequest, ReleaseSummary, ReleaseTrigger};

@@ -1,36 +1,60 @@
-//! Changes of a sharded dataset made across its shards (`docs/sharding.md`,
-//! "The change protocol"): the coordinating side, as an engine subsystem.
+//! Sharded datasets (`docs/sharding.md`), as an engine subsystem: a dataset
+//! created with `"shards": k` is `k` contiguous id ranges, each an ordinary
+//! dataset of the cluster (`{dataset}~{start}`) with its own lease, ledger
+//! and log. Cluster membership (leases, placement, node marks) is
+//! `engine::cluster`; everything about shards is here.
 //!
-//! One generic coordinator ([`Coordinator`], `coordinator.rs`) prepares a
-//! change on every shard, decides what to commit from the shards' answers,
-//! commits one record per shard in one fenced PostgreSQL transaction and asks
-//! every owner to decide; a release while steps are in flight prepares again
-//! at the furthest shard's step, a few rounds, before a retryable refusal.
-//! Releases, release budgets, release policies, labels after creation and
-//! archiving are its changes (`changes.rs`); the policy's releases start here
-//! too, on the node that owns a dataset's first shard (`policy.rs`).
+//! | file | its one job |
+//! |---|---|
+//! | `mod.rs` | the [`Peers`] trait by which the engine reaches other nodes, and the subsystem's state |
+//! | `layout.rs` | shard names, id ranges, the layout row and where new shards go |
+//! | `split.rs` | a step or refresh split by id range into its shards' parts, their answers merged |
+//! | `labels.rs` | labels after creation: the dataset's label order and each shard's record |
+//! | `coordinator.rs` | the one coordinator of changes across shards: prepare, decide, commit, the retry rule |
+//! | `commit.rs` | the coordinator's commit: one fenced record per shard in one transaction, and a change's stored answer |
+//! | `changes.rs` | the changes it makes: releases, release budgets, policies, labels, archiving |
+//! | `merge.rs` | what the coordinator decides from the shards' prepared answers (pure) |
+//! | `policy.rs` | a sharded dataset's policy releases, started by the owner of its first shard |
+//! | `owners.rs` | the owners' side of a change: prepared, held until decided, the decision applied |
+//! | `prepare.rs` | a shard's prepare of a release: statistics from a view at one step, then the write lock |
 //!
-//! The engine reaches other nodes only through [`Peers`], which it receives
-//! at start-up ([`Engine::set_peers`]; the HTTP layer implements it): a shard
-//! this node owns is prepared and decided in-process, on this engine, and
-//! every other through its owner. The owners' side of the protocol (prepare,
-//! hold, decide) is `cluster::shard_release`. Nothing here knows HTTP: a
-//! peer's refusal comes back as [`EngineError::Peer`], kept whole so that the
-//! caller hears what the owner said.
+//! The coordinator prepares a change on every shard, decides what to commit
+//! from the shards' answers, commits one record per shard in one fenced
+//! PostgreSQL transaction and asks every owner to decide; a release while
+//! steps are in flight prepares again at the furthest shard's step, a few
+//! rounds, before a retryable refusal. The engine reaches other nodes only
+//! through [`Peers`], which it receives at start-up ([`Engine::set_peers`];
+//! the HTTP layer implements it): a shard this node owns is prepared and
+//! decided in-process, on this engine, and every other through its owner.
+//! Nothing here knows HTTP: a peer's refusal comes back as
+//! [`EngineError::Peer`], kept whole so that the caller hears what the owner
+//! said.
 
 mod changes;
+mod commit;
 mod coordinator;
+pub mod labels;
+mod layout;
 mod merge;
+pub mod owners;
 mod policy;
+mod prepare;
+mod split;
 
+pub use super::shard_names::{owning_dataset, parse_shard_id, shard_id, SHARD_SEPARATOR};
 pub use changes::check_policy;
 pub use coordinator::{ChangeAnswer, Coordinator};
+pub use layout::{
+    check_no_shard_fields, check_shard_request, check_single_ledger, shard_ranges, shards_for,
+    ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS,
+};
 pub use merge::{check_interactive, check_sharded_request, release_of_shards, Apart};
+pub use split::{merge_status, split_range, split_step, SplitStep};
 
-use super::cluster::shard_release::{Decision, Prepared, ShardChange};
 pub use super::error::PeerRefusal;
 use super::error::{EngineError, EngineResult};
 use super::Engine;
+use owners::{Decision, Prepared, ShardChange};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -92,6 +116,12 @@ pub(crate) struct Sharding {
     /// Per dataset with a policy release in flight: whether another fell due
     /// since (it then runs once after, coalescing the rest).
     policy_slots: Mutex<HashMap<String, bool>>,
+    /// The owners' side: changes prepared on this node's shards, by shard and
+    /// change id, each waiting for its decision (`owners.rs`).
+    held: owners::Held,
+    /// Sharded datasets' layouts as read (they never change), for routing
+    /// without a database round trip (`layout.rs`).
+    layouts: dashmap::DashMap<String, Arc<ShardLayout>>,
 }
 
 impl Engine {

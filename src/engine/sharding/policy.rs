@@ -1,7 +1,7 @@
 //! A sharded dataset's policy releases (`docs/sharding.md`, "Release
 //! policies"): no shard releases on its own; the owner of the dataset's first
 //! shard, when its part of a step leaves it at a due step
-//! (`cluster::shard_policy`), runs the curator's cross-shard release with
+//! ([`Engine::shard_policy_step`], under the shard's write lock), runs the curator's cross-shard release with
 //! trigger `policy` on a task, at most one per dataset at a time; releases
 //! falling due meanwhile coalesce into one deferred release, as for an
 //! unsharded dataset (`engine::policy`). Its outcome (a refusal, say budget
@@ -9,11 +9,13 @@
 //! its calls to other owners carry no credential (the node's own).
 
 use super::coordinator::Coordinator;
-use crate::engine::cluster::shard_id;
+use crate::engine::dataset::Dataset;
 use crate::engine::error::{BudgetRefusal, EngineError, EngineResult};
+use crate::engine::shard_names::{parse_shard_id, shard_id};
 use crate::engine::Engine;
-use crate::ledger::IdempotencyKey;
+use crate::ledger::{IdempotencyKey, Ledger};
 use crate::release::ReleaseTrigger;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Tries of one policy release while the answer is retryable (another
@@ -78,11 +80,12 @@ impl Engine {
     /// no step since the last policy release; the first shard handed over),
     /// or the refusal to record.
     async fn policy_attempt(&self, dataset: &str) -> EngineResult<bool> {
-        let node = self
-            .cluster()
-            .cloned()
-            .ok_or_else(|| EngineError::conflict("sharded datasets exist only in cluster mode"))?;
-        let layout = node
+        if self.cluster().is_none() {
+            return Err(EngineError::conflict(
+                "sharded datasets exist only in cluster mode",
+            ));
+        }
+        let layout = self
             .layout_of(dataset)
             .await?
             .ok_or_else(|| EngineError::Internal(format!("{dataset:?} has no shard layout")))?;
@@ -102,7 +105,7 @@ impl Engine {
         // finds it rather than charging twice.
         let name = format!(
             "release-policy-{}",
-            crate::engine::cluster::shard_release::new_change_id()
+            crate::engine::sharding::owners::new_change_id()
         );
         let key = Some(IdempotencyKey {
             request: name.as_bytes().to_vec(),
@@ -201,6 +204,47 @@ impl Drop for SlotGuard {
         let slots = &self.engine.sharding.policy_slots;
         let mut slots = slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.remove(&self.dataset);
+    }
+}
+
+// The owners' side: a shard's step tells whether the dataset's policy is due.
+impl Engine {
+    /// Whether the newest release of `shard` (served here) is a policy
+    /// release of the step its ledger is at: a deferred policy release is
+    /// then skipped, as an unsharded one is (it would spend budget on the
+    /// same numbers).
+    pub async fn policy_released_at_now(&self, shard: &str) -> EngineResult<bool> {
+        let ds = self.dataset(shard)?;
+        let ledger = self.read_ledger(&ds).await?;
+        let newest = ds.book_read().history.last().map(|r| (r.step, r.trigger));
+        Ok(newest == Some((ledger.next_step(), ReleaseTrigger::Policy)))
+    }
+
+    /// After a completed step of `ds`, with its write lock held: whether `ds`
+    /// is a shard (then the dataset's policy is the coordinator's business,
+    /// never the shard's own: `true`, and for shard 0 at a due step the
+    /// release starts). `false` for an ordinary dataset, whose policy releases on
+    /// its own (`policy.rs`).
+    pub(in crate::engine) fn shard_policy_step(&self, ds: &Arc<Dataset>, ledger: &Ledger) -> bool {
+        if self.cluster.is_none() {
+            return false;
+        }
+        let Some((dataset, start)) = parse_shard_id(&ds.id) else {
+            return false;
+        };
+        if start != 0 {
+            return true;
+        }
+        let every = match &ds.book_read().policy {
+            Some(p) => p.every_steps,
+            None => return true,
+        };
+        let step = ledger.next_step();
+        if every == 0 || step % every != 0 {
+            return true;
+        }
+        self.sharded_policy_due(dataset);
+        true
     }
 }
 

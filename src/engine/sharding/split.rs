@@ -9,7 +9,7 @@
 //! so a retried report splits into identical parts, which the shards' ledgers
 //! recognise as retries (exactly once per part).
 
-use super::shards::ShardLayout;
+use super::layout::ShardLayout;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::ledger::{
     check_norms, LedgerStatus, RefreshDue, RefreshOutcome, StepOutcome, StepReport,
@@ -204,7 +204,7 @@ pub fn merge_status(shards: &[LedgerStatus]) -> Option<LedgerStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cluster::shard_ranges;
+    use crate::engine::sharding::shard_ranges;
 
     fn layout(n: u64, k: u32) -> ShardLayout {
         ShardLayout {

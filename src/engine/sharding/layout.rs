@@ -5,45 +5,20 @@
 //! `start + i`. The layout (examples, shards, the creation's specification)
 //! is one row of `dpledger_shards`, written before any shard and never
 //! changed, so every node can cache it for good.
-//!
-//! Shard names cannot collide with user datasets (`~` is not allowed in a
-//! dataset id), and they carry their offset, so that authorisation can map a
-//! shard's example to the dataset's without reading anything
-//! ([`parse_shard_id`]).
+//! Shard names are `engine::shard_names`.
 
-use super::ClusterNode;
+use crate::engine::cluster::ClusterNode;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::valid_dataset_id;
+use crate::engine::shard_names::{parse_shard_id, shard_id};
+use crate::engine::Engine;
 use crate::ledger::DatasetConfig;
-use crate::store::cluster::{LayoutClaim, LayoutRow, NodeRow};
+use crate::store::cluster::{LayoutClaim, LayoutRow};
 use std::ops::Range;
 use std::sync::Arc;
-
-/// Separates a sharded dataset's name from a shard's first example id.
-pub const SHARD_SEPARATOR: char = '~';
 
 /// Most shards of one dataset: each is a lease, a ledger and a request per
 /// step, so thousands would cost more than they spread.
 pub const MAX_SHARDS: u32 = 256;
-
-/// The name of the shard of `dataset` whose ids start at `start`.
-pub fn shard_id(dataset: &str, start: u64) -> String {
-    format!("{dataset}{SHARD_SEPARATOR}{start}")
-}
-
-/// `(dataset, start)` when `id` names a shard (`{dataset}~{start}`, the
-/// dataset a valid id and `start` a canonical decimal); `None` otherwise.
-pub fn parse_shard_id(id: &str) -> Option<(&str, u64)> {
-    let (dataset, start) = id.split_once(SHARD_SEPARATOR)?;
-    let value: u64 = start.parse().ok()?;
-    (valid_dataset_id(dataset) && value.to_string() == start).then_some((dataset, value))
-}
-
-/// The dataset a request names once shards are mapped to their dataset, and
-/// the offset of its example ids (`(id, 0)` for an unsharded dataset).
-pub fn owning_dataset(id: &str) -> (&str, u64) {
-    parse_shard_id(id).unwrap_or((id, 0))
-}
 
 /// `shards` contiguous ranges covering `0..examples`, as equal as integers
 /// allow (shard `i` starts at `floor(i * examples / shards)`).
@@ -195,7 +170,7 @@ impl ShardLayout {
             dataset,
             examples,
             ranges: shard_ranges(examples, shards),
-            label_names: super::shard_release::label_names(&spec),
+            label_names: super::owners::label_names(&spec),
             spec,
         }
     }
@@ -273,17 +248,22 @@ impl ShardLayout {
     }
 }
 
-impl ClusterNode {
+impl Engine {
     /// The layout of `dataset` when it is sharded (cached for good once read:
-    /// layouts never change).
+    /// layouts never change); `None` outside cluster mode.
     pub async fn layout_of(&self, dataset: &str) -> EngineResult<Option<Arc<ShardLayout>>> {
-        if let Some(found) = self.layouts.get(dataset) {
+        if let Some(found) = self.sharding.layouts.get(dataset) {
             return Ok(Some(found.clone()));
         }
-        let row = self.db.layout(dataset).await.map_err(EngineError::store)?;
+        let Some(node) = self.cluster() else {
+            return Ok(None);
+        };
+        let row = node.db.layout(dataset).await.map_err(EngineError::store)?;
         Ok(row.map(|row| {
             let layout = Arc::new(ShardLayout::of(&row));
-            self.layouts.insert(dataset.to_string(), layout.clone());
+            self.sharding
+                .layouts
+                .insert(dataset.to_string(), layout.clone());
             layout
         }))
     }
@@ -291,15 +271,17 @@ impl ClusterNode {
     /// The layout of `dataset` if this node has read it (no database round
     /// trip: routing checks it on every request).
     pub fn known_layout(&self, dataset: &str) -> Option<Arc<ShardLayout>> {
-        self.layouts.get(dataset).map(|l| l.clone())
+        self.sharding.layouts.get(dataset).map(|l| l.clone())
     }
+}
 
+impl ClusterNode {
     /// Records a sharded dataset's layout before its shards are created:
     /// `false` when the name is taken (by an unsharded dataset, or by a
     /// different layout; the same layout again is a retry and succeeds).
     pub async fn claim_layout(&self, layout: &ShardLayout) -> EngineResult<bool> {
         if self.is_draining() || !self.leases_valid() {
-            return Err(super::not_owner(&layout.dataset));
+            return Err(crate::engine::cluster::not_owner(&layout.dataset));
         }
         let row = layout.row();
         self.forget_absent(&row.dataset);
@@ -311,25 +293,9 @@ impl ClusterNode {
         self.forget_absent(&row.dataset);
         Ok(claim == LayoutClaim::Recorded)
     }
+}
 
-    /// The nodes `shards` shards go to: the active nodes by most free memory
-    /// (ties: smallest id), in turn, so that shards land on different nodes
-    /// where there are enough. Empty when no heartbeat was read yet.
-    pub fn spread(&self, shards: usize) -> Vec<NodeRow> {
-        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut order = Vec::new();
-        while let Some(next) = super::choose_node(&nodes, self.config.lease_ttl).cloned() {
-            nodes.retain(|n| n.node_id != next.node_id);
-            order.push(next);
-        }
-        if order.is_empty() {
-            return order;
-        }
-        (0..shards)
-            .map(|i| order[i % order.len()].clone())
-            .collect()
-    }
-
+impl Engine {
     /// Checks the creation of shard `id` of a sharded dataset: its layout is
     /// recorded, `id` starts one of its ranges, `config` is the layout's
     /// configuration with that range's number of examples, and `policy` the
@@ -374,6 +340,7 @@ impl ClusterNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::shard_names::owning_dataset;
 
     #[test]
     fn ranges_cover_every_id_once_and_locate_it() {

@@ -5,14 +5,14 @@
 //! 1. **Prepare** (each shard's owner, [`Engine::prepare_shard_change`]): a task
 //!    takes the shard's release turn; a release's sufficient statistics
 //!    ([`ReleaseSummary`]) are computed from a view of the ledger at one step
-//!    (the coordinator's `at`) while steps flow (`shard_prepare.rs`); then it
+//!    (the coordinator's `at`) while steps flow (`prepare.rs`); then it
 //!    takes the ledger's write lock (the shard's steps and other writes wait),
 //!    checks the change against the shard as it is (budget, pending parts,
 //!    retirements) and answers with its epoch, the view's step, its budget and
 //!    the statistics. It then holds the lock until the change is decided, at
 //!    most `wait`.
 //! 2. **Commit** (the coordinating node, `engine::sharding`, through
-//!    `Engine::commit_each_across`): the mechanism runs once on the merged
+//!    `Engine::commit_each_across`, `commit.rs`): the mechanism runs once on the merged
 //!    statistics (`sharding::release_of_shards`), then one PostgreSQL transaction inserts the
 //!    decision `commit` and one record per shard, each fenced by the epoch its
 //!    owner prepared under.
@@ -28,16 +28,15 @@
 //! other; an uncommitted one is not there and never will be (the decision is
 //! `abort` or the fence refused it).
 
-use super::ClusterNode;
 use crate::engine::book::{apply_release, apply_setting, export_gauges, parse_release};
+use crate::engine::cluster::ClusterNode;
 use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::Engine;
-use crate::ledger::IdempotencyKey;
 use crate::ledger::Ledger;
 use crate::release::{BudgetStatus, LeftOut, ReleasePolicy, ReleaseRequest, ReleaseSummary};
 use crate::store::cluster as stored;
-use crate::store::{Record, RecordKind, StoredRecord};
+use crate::store::{RecordKind, StoredRecord};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -54,7 +53,7 @@ pub fn new_change_id() -> String {
     stored::new_change_id()
 }
 
-/// What a commit across shards did (`Engine::commit_each_across`): the engine's
+/// What a commit across shards did (`Engine::commit_each_across`, `commit.rs`): the engine's
 /// own answer (the store's, converted at the boundary), so that callers above
 /// the engine never name a store type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,9 +137,9 @@ pub enum ShardChange {
     Release(ReleaseRequest),
     /// A new release budget (zCDP rho).
     Budget(f64),
-    /// A new release policy (validated), or none (`shard_policy.rs`).
+    /// A new release policy (validated), or none (`policy.rs`).
     Policy(Option<ReleasePolicy>),
-    /// Labels after creation (`shard_labels.rs`): the shard only answers its
+    /// Labels after creation (`labels.rs`): the shard only answers its
     /// label names; each shard's record is cut by the coordinator.
     Labels,
     /// Archiving the dataset: one `Archived` record per shard, prepared at one
@@ -161,7 +160,7 @@ pub struct Prepared {
     /// A release's delta, bound `B` and sufficient statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<PreparedRelease>,
-    /// The shard's label names in its order (`shard_labels.rs` derives the
+    /// The shard's label names in its order (`labels.rs` derives the
     /// dataset's from them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
@@ -197,10 +196,6 @@ pub(super) enum Ready<'a> {
 /// Prepared changes this node's shards hold, by shard and change id: how to hand the
 /// holder the coordinator's request for the decision.
 pub(crate) type Held = DashMap<String, oneshot::Sender<oneshot::Sender<Decision>>>;
-
-/// Bound of each statement of a commit across shards or of a decision (on
-/// their own connection, `ClusterNode::changes`).
-pub(super) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a prepare waits for its shard's release turn.
 const TURN_WAIT: Duration = Duration::from_secs(1);
@@ -251,7 +246,7 @@ pub(crate) fn validate_change(change: &mut ShardChange) -> EngineResult<()> {
 }
 
 impl Engine {
-    fn node(&self) -> EngineResult<Arc<ClusterNode>> {
+    pub(super) fn node(&self) -> EngineResult<Arc<ClusterNode>> {
         self.cluster()
             .cloned()
             .ok_or_else(|| EngineError::conflict("sharded datasets exist only in cluster mode"))
@@ -276,7 +271,7 @@ impl Engine {
         }
         let ds = self.dataset(shard)?;
         let (decide_tx, decide_rx) = oneshot::channel();
-        match node.held.entry(held_key(shard, id)) {
+        match self.sharding.held.entry(held_key(shard, id)) {
             dashmap::mapref::entry::Entry::Occupied(_) => {
                 return Err(EngineError::conflict(format!(
                     "change {id:?} is already prepared here"
@@ -316,7 +311,7 @@ impl Engine {
         // each wait for the other's hold: the second gives up at once.
         let turn = tokio::time::timeout(TURN_WAIT, ds.release_turn.clone().lock_owned()).await;
         let Ok(_turn) = turn else {
-            node.held.remove(&key);
+            self.sharding.held.remove(&key);
             let _ = ready.send(Err(EngineError::Unavailable(format!(
                 "another release or budget change of {:?} is in progress: retry",
                 ds.id
@@ -335,12 +330,12 @@ impl Engine {
                 ledger
             }
             Ok(Ready::Passed(p)) => {
-                node.held.remove(&key);
+                self.sharding.held.remove(&key);
                 let _ = ready.send(Ok(p));
                 return;
             }
             Err(e) => {
-                node.held.remove(&key);
+                self.sharding.held.remove(&key);
                 let _ = ready.send(Err(e));
                 return;
             }
@@ -354,7 +349,7 @@ impl Engine {
             .await
             .ok()
             .and_then(Result::ok);
-        node.held.remove(&key);
+        self.sharding.held.remove(&key);
         let mut backoff = Duration::from_millis(50);
         let decision = loop {
             match node.changes.decide(&id).await {
@@ -439,7 +434,7 @@ impl Engine {
                 None
             }
             ShardChange::Labels | ShardChange::Archive => None,
-            // Prepared from a view (`shard_prepare.rs`), never here.
+            // Prepared from a view (`prepare.rs`), never here.
             ShardChange::Release(_) => {
                 return Err(EngineError::Internal(
                     "a release is prepared from a view".into(),
@@ -514,7 +509,7 @@ impl Engine {
         if super::parse_shard_id(shard).is_none() {
             return Err(EngineError::conflict(format!("{shard:?} is not a shard")));
         }
-        if let Some((_, holder)) = node.held.remove(&held_key(shard, id)) {
+        if let Some((_, holder)) = self.sharding.held.remove(&held_key(shard, id)) {
             let (tx, rx) = oneshot::channel();
             if holder.send(tx).is_ok() {
                 if let Ok(d) = rx.await {
@@ -526,76 +521,6 @@ impl Engine {
             .decide(id)
             .await
             .map(Decision::from)
-            .map_err(EngineError::store)
-    }
-
-    /// The coordinator's commit of change `id` across shards (module note,
-    /// step 2): one record of `kind` for each of `shards` (name, epoch its
-    /// owner prepared under, its payload: labels after creation give each
-    /// shard its examples' part), the key stored under the sharded dataset's
-    /// name. Only the coordinator (`engine::sharding`) commits.
-    pub(in crate::engine) async fn commit_each_across(
-        &self,
-        id: &str,
-        kind: ShardRecordKind,
-        shards: Vec<(String, u64, Vec<u8>)>,
-        key: Option<(String, IdempotencyKey)>,
-    ) -> EngineResult<CrossCommit> {
-        let node = self.node()?;
-        let records = shards
-            .into_iter()
-            .map(|(dataset, epoch, payload)| {
-                let record = Record {
-                    dataset,
-                    kind: kind.into(),
-                    step: None,
-                    part: None,
-                    payload,
-                };
-                (record, epoch)
-            })
-            .collect();
-        match node.changes.commit_across(id, records, key).await {
-            Ok(c) => Ok(c.into()),
-            // Unknown: decide it (abort unless the commit landed).
-            // The commit's answer was lost but PostgreSQL decided it: the
-            // coordinator still holds the answer, so the caller gets it.
-            Err(e) => match node.changes.decide(id).await {
-                Ok(stored::Decision::Committed) => {
-                    tracing::warn!(change = %id, error = %e, "a commit across shards answered an error but was committed");
-                    Ok(CrossCommit::Committed(Vec::new()))
-                }
-                Ok(stored::Decision::Aborted) => Err(EngineError::Unavailable(format!(
-                    "the change across shards was not committed ({e}): retry"
-                ))),
-                // Neither the commit nor its decision answered: whether the
-                // shards were charged is unknown (a retry with the same
-                // Idempotency-Key is answered from the stored key).
-                Err(decide) => Err(EngineError::Store(
-                    crate::store::StoreError::OutcomeUnknown {
-                        store: "postgres".into(),
-                        detail: format!(
-                            "the commit of a change across shards failed ({e}) and its decision \
-                         could not be read ({decide})"
-                        ),
-                    },
-                )),
-            },
-        }
-    }
-
-    /// A change stored under sharded dataset `dataset` with idempotency key
-    /// `key`, if any (read from the store; the coordinator's, which keeps the
-    /// store's type inside the engine).
-    pub(in crate::engine) async fn sharded_key(
-        &self,
-        dataset: &str,
-        key: &str,
-    ) -> EngineResult<Option<crate::store::StoredKey>> {
-        let (store, dataset, key) = (self.store.clone(), dataset.to_string(), key.to_string());
-        tokio::task::spawn_blocking(move || store.find_key(&dataset, &key))
-            .await
-            .map_err(|_| EngineError::Internal("reading a key stopped".into()))?
             .map_err(EngineError::store)
     }
 }

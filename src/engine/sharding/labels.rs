@@ -78,7 +78,7 @@ pub fn split_labels(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cluster::shard_ranges;
+    use crate::engine::sharding::shard_ranges;
     use crate::release::Labels;
 
     fn names(v: &[&str]) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! A shard's prepare of a sharded release, computed from a view while the
 //! shard's steps keep flowing (`docs/sharding.md`, "The change
 //! protocol", *Statistics from a view*). Called by the holder of a
-//! prepared change (`shard_release.rs`), which holds the release turn:
+//! prepared change (`owners.rs`), which holds the release turn:
 //!
 //! 1. **Open** (write lock, `O(#orders)`): when the coordinator names a step
 //!    `at`, wait (at most [`TARGET_WAIT`], without the lock between looks)
@@ -24,7 +24,7 @@
 //!    shard's examples the release leaves out of its input (spec §6), which
 //!    the shard's record keeps.
 
-use super::shard_release::{Prepared, PreparedRelease, Ready};
+use super::owners::{Prepared, PreparedRelease, Ready};
 use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::{check_budget, check_charge};
