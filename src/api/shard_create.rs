@@ -17,6 +17,7 @@ use super::state::AppState;
 use crate::engine::cluster::shard_release::label_names;
 use crate::engine::cluster::{shard_id, shards_for, ClusterNode, ShardLayout};
 use crate::engine::sharding::check_policy;
+use crate::ledger::DatasetConfigExt;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
