@@ -17,7 +17,8 @@ use dpledger::accounting::grid::BucketGrid;
 use dpledger::accounting::orders::ledger_orders;
 use dpledger::accounting::table::{RdpTable, StepMechanism};
 use dpledger::ledger::{
-    replay, DatasetConfig, IndividualBudget, Ledger, RefreshSchedule, StepReport, ThresholdMode,
+    replay, DatasetConfig, DatasetConfigExt, IndividualBudget, Ledger, RefreshSchedule, StepReport,
+    ThresholdMode,
 };
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;

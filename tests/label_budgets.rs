@@ -8,6 +8,7 @@ mod common;
 
 use common::{example_privacy, post, put, Server};
 use dpledger::accounting::Conversion;
+use dpledger::ledger::DatasetConfigExt;
 use dpledger::ledger::{DatasetConfig, IndividualBudget, Ledger, StepReport, ThresholdMode};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};

@@ -4,6 +4,7 @@
 
 use dpledger::accounting::conversion::Conversion;
 use dpledger::accounting::table::{RdpTable, StepMechanism};
+use dpledger::ledger::DatasetConfigExt;
 use dpledger::ledger::{DatasetConfig, Ledger, StepReport};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;

@@ -4,6 +4,7 @@
 use dpledger::accounting::conversion::{epsilon_from_rdp, Conversion};
 use dpledger::accounting::grid::BucketGrid;
 use dpledger::accounting::sgm::{gaussian_rdp, sgm_rdp};
+use dpledger::ledger::DatasetConfigExt;
 use dpledger::ledger::{
     replay, Clipping, DatasetConfig, ErrorKind, IndividualBudget, Ledger, LedgerError, LedgerKind,
     Part, PrivacyKind, RefreshSchedule, Sampling, StepReport, ThresholdMode, FILTER_MARGIN,

@@ -314,7 +314,7 @@ fn the_filter_retires_shuffled_examples_only_at_epoch_boundaries() {
 #[test]
 fn a_snapshot_keeps_the_booked_epoch() {
     use dpledger::accounting::Conversion;
-    use dpledger::ledger::{DatasetConfig, Ledger, StepReport};
+    use dpledger::ledger::{DatasetConfig, DatasetConfigExt, Ledger, StepReport};
     let config: DatasetConfig = serde_json::from_value(config(json!({"refresh": null}))).unwrap();
     let mut ledger = Ledger::new(config.with_creation_defaults().unwrap()).unwrap();
     ledger

@@ -2,27 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Which RDP-to-DP conversion to apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Conversion {
-    /// Balle et al. 2020 / Canonne–Kamath–Steinke 2020 (tighter; the default).
-    #[default]
-    Improved,
-    /// Mironov 2017: `rdp + log(1/delta)/(alpha-1)`.
-    Classic,
-}
-
-impl std::str::FromStr for Conversion {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "improved" => Ok(Self::Improved),
-            "classic" => Ok(Self::Classic),
-            other => Err(format!("expected improved or classic, got {other:?}")),
-        }
-    }
-}
+/// Which conversion a query asks for: part of the wire, defined once with the
+/// Rust client in the workspace crate `dpledger-api`.
+pub use dpledger_api::config::Conversion;
 
 /// An epsilon with the order at which it was attained.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -1,33 +1,9 @@
 //! Errors of the accounting layer: always name the argument that was wrong.
+//! The error type is the wire types' too (their validation returns it), so it
+//! is defined once, with the Rust client, in the workspace crate
+//! `dpledger-api`.
 
-/// A rejected input. `name` is the argument (CLI flag or JSON field) at fault.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid {name}: {reason}")]
-pub struct InvalidArgument {
-    /// Which argument was wrong, as the user spelled it.
-    pub name: String,
-    /// Why it was rejected.
-    pub reason: String,
-}
-
-impl InvalidArgument {
-    /// Build an error for argument `name`.
-    pub fn new(name: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            reason: reason.into(),
-        }
-    }
-
-    /// The same refusal for an argument spelled `name` (a shared check
-    /// applied to one of several fields).
-    pub fn renamed(self, name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            reason: self.reason,
-        }
-    }
-}
+pub use dpledger_api::error::InvalidArgument;
 
 /// Result type of the accounting layer.
 pub type Result<T> = std::result::Result<T, InvalidArgument>;

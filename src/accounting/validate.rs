@@ -42,14 +42,7 @@ pub fn positive_noise_multiplier(name: &str, sigma: f64) -> Result<f64> {
 
 /// A delta must lie in the open interval `(0, 1)`.
 pub fn delta(name: &str, delta: f64) -> Result<f64> {
-    if delta.is_finite() && delta > 0.0 && delta < 1.0 {
-        Ok(delta)
-    } else {
-        Err(InvalidArgument::new(
-            name,
-            format!("must be in (0, 1), got {delta}"),
-        ))
-    }
+    dpledger_api::error::check_delta(name, delta)
 }
 
 /// A positive, finite number.

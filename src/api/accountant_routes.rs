@@ -7,8 +7,8 @@ use super::extract::{Auth, RawBody};
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use crate::engine::accountant::{
-    CompareRequest, CompareResponse, EpsilonRequest, EpsilonResponse, NoiseRequest, NoiseResponse,
-    RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
+    CompareRequest, CompareResponse, Compute, EpsilonRequest, EpsilonResponse, NoiseRequest,
+    NoiseResponse, RdpRequest, RdpResponse, ScheduleRequest, ScheduleResponse,
 };
 use axum::http::StatusCode;
 use axum::routing::post;

@@ -16,14 +16,17 @@ use super::task::run_to_completion;
 use crate::accounting::{validate, Conversion};
 use crate::engine::{Dataset, DatasetSetup};
 use crate::ledger::{
-    DatasetConfig, ExamplePrivacy, Ledger, LedgerStatus, PldEstimate, RefreshDue, RefreshOutcome,
-    StepOutcome, StepReport, WorstCaseBounds,
+    DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds,
 };
+use crate::release::BudgetRequestExt;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+/// The answers of the dataset and privacy queries, defined once with the Rust
+/// client in the workspace crate `dpledger-api`.
+pub use dpledger_api::views::{DatasetView, PrivacyView, Thresholds};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
@@ -59,24 +62,6 @@ pub struct CreateDataset {
     pub shards: Option<u32>,
 }
 
-/// A dataset's state, with the public worst case at its reporting delta.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DatasetView {
-    /// The id.
-    pub id: String,
-    /// Archived datasets are read-only.
-    pub archived: bool,
-    /// The configuration it was created with.
-    pub config: DatasetConfig,
-    /// Ledger summary (steps, retirements, memory).
-    pub status: LedgerStatus,
-    /// The data-independent accountants (PLD and RDP) at the configured delta.
-    pub worst_case: WorstCaseBounds,
-    /// A sharded dataset's shards, in id order (absent when unsharded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shards: Option<Vec<super::shard_view::ShardView>>,
-}
-
 /// Dataset ids visible to the caller.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DatasetList {
@@ -92,25 +77,6 @@ pub struct ThresholdRange {
     pub start: Option<u64>,
     /// Last example id (exclusive, default all, at most 1,048,576 per request).
     pub end: Option<u64>,
-}
-
-/// Current clipping thresholds of a range of examples.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Thresholds {
-    /// The first id.
-    pub start: u64,
-    /// The step these thresholds apply to (the next step).
-    pub next_step: u64,
-    /// Threshold of ids `start, start+1, ...` (0 for retired examples).
-    pub thresholds: Vec<f64>,
-    /// The ids of the range that the individual filter retired: leave them out of
-    /// batches (a threshold of 0 alone may also mean a last norm of 0).
-    pub retired: Vec<u64>,
-    /// Predictable mode: the scheduled refresh due before `next_step`, if any
-    /// (compute these examples' unclipped norms at the current model and POST
-    /// them to `.../refresh` before clipping the step).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refresh_due: Option<RefreshDue>,
 }
 
 /// Unclipped norms for a refresh (spec §3.2): in the predictable mode exactly
@@ -166,21 +132,6 @@ fn parse_method(method: Option<&str>) -> ApiResult<ExampleMethod> {
         ))
         .with_field("method")),
     }
-}
-
-/// One example's privacy, with the worst case beside it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PrivacyView {
-    /// The delta used.
-    pub delta: f64,
-    /// The example's own accounting (proven bounds).
-    pub example: ExamplePrivacy,
-    /// The data-independent accountants (PLD and RDP) at the same delta.
-    pub worst_case: WorstCaseBounds,
-    /// With `method=pld_estimate`: the example's PLD estimate, NOT a guarantee
-    /// (`"guarantee": false`); never part of `example.epsilon`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pld_estimate: Option<PldEstimate>,
 }
 
 fn parse_query(q: &PrivacyQuery, default_delta: f64) -> ApiResult<(f64, Conversion)> {

@@ -9,14 +9,18 @@ use super::state::AppState;
 use super::task::run_to_completion;
 use crate::engine::{ReleaseBook, ReleaseOutcome};
 use crate::release::{
-    BudgetRequest, BudgetStatus, LabelAssignment, Release, ReleasePolicy, ReleaseRequest,
+    BudgetRequest, BudgetRequestExt, BudgetStatus, LabelAssignment, Release, ReleasePolicy,
+    ReleaseRequest,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+/// The answers of the release endpoints, defined once with the Rust client in
+/// the workspace crate `dpledger-api`.
+pub use dpledger_api::release::{LabelsView, PolicyView, ReleaseList};
+use serde::Deserialize;
 use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
@@ -33,45 +37,12 @@ pub struct ReleaseListQuery {
     pub limit: Option<usize>,
 }
 
-/// Releases of a dataset, newest first, with the budget.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ReleaseList {
-    /// The release budget and its spend.
-    pub budget: BudgetStatus,
-    /// The automatic policy, if any.
-    pub policy: Option<ReleasePolicy>,
-    /// Why the policy's latest release was refused, if it was: the full refusal
-    /// for curators and admins, a reason without data-dependent numbers for
-    /// viewers and owners.
-    pub policy_error: Option<String>,
-    /// Newest first.
-    pub releases: Vec<Release>,
-}
-
 /// Set or remove the automatic release policy.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyUpdate {
     /// The policy; `null` removes it.
     pub policy: Option<ReleasePolicy>,
-}
-
-/// The policy now in force.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PolicyView {
-    /// The policy; `null` when none.
-    pub policy: Option<ReleasePolicy>,
-    /// Why its latest release was refused, if it was: the full refusal for
-    /// curators and admins, a reason without data-dependent numbers for viewers
-    /// and owners.
-    pub policy_error: Option<String>,
-}
-
-/// The dataset's groups after a label assignment.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LabelsView {
-    /// Every label in use or used before, in order of first use.
-    pub groups: Vec<String>,
 }
 
 #[utoipa::path(post, path = "/v1/datasets/{dataset}/releases", tag = "releases", params(("dataset" = String, Path)),

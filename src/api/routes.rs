@@ -71,7 +71,7 @@ fn render_metrics(
     handle: Option<&metrics_exporter_prometheus::PrometheusHandle>,
 ) -> impl IntoResponse {
     export_table_cache_metrics();
-    crate::engine::EstimateCacheReport::export();
+    crate::engine::export_estimate_cache();
     let body = handle.map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -18,6 +18,7 @@ use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::check_policy;
 use crate::engine::sharding::owners::label_names;
 use crate::engine::sharding::{shard_id, shards_for, ShardLayout};
+use crate::ledger::DatasetConfigExt;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -19,7 +19,7 @@ use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::ShardLayout;
 use crate::engine::sharding::{ChangeAnswer, Coordinator, Credential};
 use crate::engine::EngineError;
-use crate::release::{BudgetRequest, ReleaseRequest};
+use crate::release::{BudgetRequest, BudgetRequestExt, ReleaseRequest};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -6,8 +6,8 @@
 use crate::accounting::validate;
 use crate::accounting::{Conversion, InvalidArgument};
 use crate::engine::accountant::{
-    BatchingKind, CompareRequest, EpsilonRequest, Method, NoiseRequest, RdpRequest, ScheduleKind,
-    ScheduleRequest,
+    BatchingKind, CompareRequest, Compute, EpsilonRequest, Method, NoiseRequest, RdpRequest,
+    ScheduleKind, ScheduleRequest,
 };
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -169,8 +169,8 @@ impl EpsilonCmd {
         };
         let out = req.compute().map_err(flag_names)?;
         let how = match out.order {
-            Some(o) => format!("{}, optimal order {o}", method_name(&out.method)),
-            None => method_name(&out.method),
+            Some(o) => format!("{}, optimal order {o}", method_name(out.method.as_str())),
+            None => method_name(out.method.as_str()),
         };
         let text = format!(
             "epsilon = {} at delta = {} by {how} after {} steps, q = {}, sigma = {}\n",
@@ -223,7 +223,7 @@ impl NoiseCmd {
             out.noise_multiplier,
             self.target_epsilon,
             self.delta,
-            method_name(&out.method),
+            method_name(out.method.as_str()),
             self.sampling_rate,
             self.steps,
         );

@@ -3,7 +3,7 @@
 //! ends validate and compute identically. Field names in errors are the JSON
 //! names; the CLI renames them to its flags.
 //!
-//! Why one file of about 550 lines: the five request types share their
+//! Why one file of about 400 lines: the five request types share their
 //! validation (orders, methods, PLD options, the `null`-for-infinity rule),
 //! and each is a request, a response and one `compute`; split by request,
 //! each piece would import the others' helpers back.
@@ -20,8 +20,25 @@ use crate::accounting::schedule::{
 use crate::accounting::sgm::sgm_rdp_orders;
 use crate::accounting::validate;
 use crate::accounting::InvalidArgument;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+
+/// The requests and answers, defined once with the Rust client in the
+/// workspace crate `dpledger-api` (the CLI's choices derive `clap::ValueEnum`
+/// there, feature `cli`).
+pub use dpledger_api::accountant::{
+    BatchingKind, CompareRequest, CompareResponse, CompareRow, EpsilonRequest, EpsilonResponse,
+    Method, NoiseRequest, NoiseResponse, RdpRequest, RdpResponse, ScheduleEpoch, ScheduleKind,
+    ScheduleRequest, ScheduleResponse,
+};
+
+/// Validate a request and compute its answer: the one computation behind the
+/// HTTP endpoint and the CLI command of each request (a trait because the
+/// requests are the wire crate's types).
+pub trait Compute {
+    /// The answer.
+    type Answer;
+    /// Validate and compute.
+    fn compute(&self) -> Result<Self::Answer>;
+}
 
 type Result<T> = std::result::Result<T, InvalidArgument>;
 
@@ -34,28 +51,6 @@ fn resolve_orders(orders: &Option<Vec<f64>>) -> Result<Vec<f64>> {
     match orders {
         Some(list) => validate::orders("orders", list),
         None => Ok(default_orders()),
-    }
-}
-
-/// Which accountant computes a worst-case number. The default is the tightest
-/// valid one, PLD, as for a served dataset's worst case, so the CLI, the stateless
-/// endpoints and the service agree.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Method {
-    /// Privacy loss distribution (the default: the tightest; spec §8).
-    #[default]
-    Pld,
-    /// Exact RDP (on request; `orders` and `conversion` apply to it only).
-    Rdp,
-}
-
-impl Method {
-    fn name(self) -> &'static str {
-        match self {
-            Method::Rdp => "rdp",
-            Method::Pld => "pld",
-        }
     }
 }
 
@@ -85,31 +80,9 @@ fn pld_options(value_discretization: Option<f64>) -> PldOptions {
     }
 }
 
-/// RDP of one Poisson-subsampled Gaussian step.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RdpRequest {
-    /// Poisson sampling rate in [0, 1].
-    pub sampling_rate: f64,
-    /// Noise multiplier >= 0.
-    pub noise_multiplier: f64,
-    /// Rényi orders (> 1); default: dp-accounting's list.
-    #[serde(default)]
-    pub orders: Option<Vec<f64>>,
-}
-
-/// RDP at each order (`null` = infinite).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RdpResponse {
-    /// The orders, sorted.
-    pub orders: Vec<f64>,
-    /// RDP of one step at each order.
-    pub rdp: Vec<Option<f64>>,
-}
-
-impl RdpRequest {
-    /// Validate and compute.
-    pub fn compute(&self) -> Result<RdpResponse> {
+impl Compute for RdpRequest {
+    type Answer = RdpResponse;
+    fn compute(&self) -> Result<RdpResponse> {
         let q = validate::sampling_rate("sampling_rate", self.sampling_rate)?;
         let sigma = validate::noise_multiplier("noise_multiplier", self.noise_multiplier)?;
         let orders = resolve_orders(&self.orders)?;
@@ -121,50 +94,9 @@ impl RdpRequest {
     }
 }
 
-/// Worst-case epsilon of `steps` identical Poisson steps.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EpsilonRequest {
-    /// Poisson sampling rate in [0, 1].
-    pub sampling_rate: f64,
-    /// Noise multiplier >= 0.
-    pub noise_multiplier: f64,
-    /// Number of steps.
-    pub steps: u64,
-    /// Delta in (0, 1).
-    pub delta: f64,
-    /// Rényi orders (`rdp` only); default: dp-accounting's list.
-    #[serde(default)]
-    pub orders: Option<Vec<f64>>,
-    /// RDP-to-DP conversion (`rdp` only; default improved).
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub conversion: Option<Conversion>,
-    /// Accountant: `pld` (default, the tightest) or `rdp`.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub method: Option<Method>,
-    /// PLD grid spacing of the privacy loss (default 1e-3; `pld` only).
-    #[serde(default)]
-    pub value_discretization: Option<f64>,
-}
-
-/// An epsilon with its optimal order.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct EpsilonResponse {
-    /// Epsilon (`null` = infinite).
-    pub epsilon: Option<f64>,
-    /// The Rényi order attaining it (`rdp` only).
-    pub order: Option<f64>,
-    /// The delta it holds at.
-    pub delta: f64,
-    /// The accountant that computed it (`pld` or `rdp`).
-    pub method: String,
-}
-
-impl EpsilonRequest {
-    /// Validate and compute.
-    pub fn compute(&self) -> Result<EpsilonResponse> {
+impl Compute for EpsilonRequest {
+    type Answer = EpsilonResponse;
+    fn compute(&self) -> Result<EpsilonResponse> {
         let q = validate::sampling_rate("sampling_rate", self.sampling_rate)?;
         let sigma = validate::noise_multiplier("noise_multiplier", self.noise_multiplier)?;
         let delta = validate::delta("delta", self.delta)?;
@@ -186,7 +118,7 @@ impl EpsilonRequest {
                 epsilon: finite(eps),
                 order: None,
                 delta,
-                method: method.name().into(),
+                method,
             });
         }
         let orders = resolve_orders(&self.orders)?;
@@ -204,51 +136,14 @@ impl EpsilonRequest {
             epsilon: finite(e.epsilon),
             order: finite(e.order),
             delta,
-            method: method.name().into(),
+            method,
         })
     }
 }
 
-/// Calibrate the noise multiplier to a target epsilon.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NoiseRequest {
-    /// Target epsilon > 0.
-    pub target_epsilon: f64,
-    /// Delta in (0, 1).
-    pub delta: f64,
-    /// Poisson sampling rate in (0, 1].
-    pub sampling_rate: f64,
-    /// Number of steps (> 0).
-    pub steps: u64,
-    /// Rényi orders (`rdp` only); default: dp-accounting's list.
-    #[serde(default)]
-    pub orders: Option<Vec<f64>>,
-    /// Accountant: `pld` (default, the tightest) or `rdp`.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub method: Option<Method>,
-    /// PLD grid spacing of the privacy loss (default 1e-3; `pld` only).
-    #[serde(default)]
-    pub value_discretization: Option<f64>,
-}
-
-/// The calibrated noise multiplier (its epsilon is at most the target).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct NoiseResponse {
-    /// Noise multiplier: within 1e-9 (rdp) or 1e-4 (pld) relative of the smallest that meets the target.
-    pub noise_multiplier: f64,
-    /// The accountant that calibrated it (`pld` or `rdp`).
-    pub method: String,
-    /// `pld` only: the noise multiplier RDP would need for the same target.
-    pub rdp_noise_multiplier: Option<f64>,
-    /// `pld` only: fraction of noise saved against RDP, `1 - pld / rdp`.
-    pub noise_saving: Option<f64>,
-}
-
-impl NoiseRequest {
-    /// Validate and compute.
-    pub fn compute(&self) -> Result<NoiseResponse> {
+impl Compute for NoiseRequest {
+    type Answer = NoiseResponse;
+    fn compute(&self) -> Result<NoiseResponse> {
         let method = self.method.unwrap_or_default();
         rdp_only(method, "orders", self.orders.is_some())?;
         let orders = resolve_orders(&self.orders)?;
@@ -263,7 +158,7 @@ impl NoiseRequest {
         if method == Method::Rdp {
             return Ok(NoiseResponse {
                 noise_multiplier: sigma,
-                method: method.name().into(),
+                method,
                 rdp_noise_multiplier: None,
                 noise_saving: None,
             });
@@ -278,51 +173,16 @@ impl NoiseRequest {
         .map_err(pld_error)?;
         Ok(NoiseResponse {
             noise_multiplier: pld_sigma,
-            method: method.name().into(),
+            method,
             rdp_noise_multiplier: Some(sigma),
             noise_saving: Some(1.0 - pld_sigma / sigma),
         })
     }
 }
 
-/// Compare accountants for one configuration.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CompareRequest {
-    /// Poisson sampling rate in [0, 1].
-    pub sampling_rate: f64,
-    /// Noise multiplier > 0.
-    pub noise_multiplier: f64,
-    /// Number of steps.
-    pub steps: u64,
-    /// Delta in (0, 1).
-    pub delta: f64,
-}
-
-/// One accountant's answer.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct CompareRow {
-    /// Stable machine name of the method.
-    pub method: String,
-    /// Epsilon (`null` where not applicable or infinite).
-    pub epsilon: Option<f64>,
-    /// Whether it is a proven upper bound (false: an empirical estimate).
-    pub guarantee: bool,
-    /// What the method assumes.
-    pub description: String,
-}
-
-/// The comparison table.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct CompareResponse {
-    /// One row per method; the first (`pld`, the tightest) is dpledger's default,
-    /// the second (`rdp`) what per-example ledgers use.
-    pub rows: Vec<CompareRow>,
-}
-
-impl CompareRequest {
-    /// Validate and compute.
-    pub fn compute(&self) -> Result<CompareResponse> {
+impl Compute for CompareRequest {
+    type Answer = CompareResponse;
+    fn compute(&self) -> Result<CompareResponse> {
         let rows = compare(
             self.sampling_rate,
             self.noise_multiplier,
@@ -350,132 +210,37 @@ impl CompareRequest {
     }
 }
 
-/// Decay function of a noise schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ScheduleKind {
-    /// sigma_t = sigma_0.
-    Constant,
-    /// sigma_t = sigma_0 / (1 + k t).
-    Time,
-    /// sigma_t = sigma_0 exp(-k t).
-    Exponential,
-    /// sigma_t = sigma_0 k^floor(t / period).
-    Step,
-    /// sigma_t = (sigma_0 - sigma_end)(1 - t/period)^k + sigma_end.
-    Polynomial,
-}
-
-/// How batches are formed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum BatchingKind {
-    /// Poisson sampling (exact RDP with amplification).
-    Poisson,
-    /// Shuffled fixed-size batches (one Gaussian charge per epoch).
-    Shuffle,
-}
-
-/// Plan a noise schedule against a budget.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleRequest {
-    /// Decay function.
-    pub kind: ScheduleKind,
-    /// Initial noise multiplier.
-    pub sigma0: f64,
-    /// Decay rate (time, exponential), factor (step) or power (polynomial).
-    #[serde(default)]
-    pub decay: Option<f64>,
-    /// Period in epochs (step, polynomial).
-    #[serde(default)]
-    pub period: Option<u32>,
-    /// Final sigma (polynomial).
-    #[serde(default)]
-    pub sigma_end: Option<f64>,
-    /// Batching; default shuffle for a rho budget, poisson for an epsilon budget.
-    #[serde(default)]
-    pub batching: Option<BatchingKind>,
-    /// Poisson sampling rate (poisson batching).
-    #[serde(default)]
-    pub sampling_rate: Option<f64>,
-    /// Steps per epoch for Poisson batching (default round(1/q)).
-    #[serde(default)]
-    pub steps_per_epoch: Option<u64>,
-    /// Total epsilon budget (with `delta`).
-    #[serde(default)]
-    pub budget_epsilon: Option<f64>,
-    /// Delta of the epsilon budget.
-    #[serde(default)]
-    pub delta: Option<f64>,
-    /// Total rho-zCDP budget.
-    #[serde(default)]
-    pub budget_rho: Option<f64>,
-    /// Horizon in epochs (default 10,000).
-    #[serde(default)]
-    pub max_epochs: Option<u32>,
-}
-
-/// One epoch of a plan.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ScheduleEpoch {
-    /// Epoch number (0-based).
-    pub epoch: u32,
-    /// Its noise multiplier.
-    pub sigma: f64,
-    /// Cumulative spend after it (epsilon or rho, as the budget).
-    pub spent: Option<f64>,
-    /// Whether it fits the budget.
-    pub within_budget: bool,
-}
-
-/// The plan.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ScheduleResponse {
-    /// The decay function.
-    pub kind: ScheduleKind,
-    /// The batching accounted.
-    pub batching: BatchingKind,
-    /// Budget unit: "epsilon" or "rho".
-    pub unit: String,
-    /// Sigma of every planned epoch.
-    pub sigma_per_epoch: Vec<f64>,
-    /// Epochs up to and including the first over budget.
-    pub epochs: Vec<ScheduleEpoch>,
-    /// First epoch that must not run (`null`: all of `max_epochs` fit).
-    pub stop_epoch: Option<u32>,
-}
-
 fn required<T>(value: Option<T>, name: &str, why: &str) -> Result<T> {
     value.ok_or_else(|| InvalidArgument::new(name, format!("is required {why}")))
 }
 
-impl ScheduleRequest {
-    fn schedule(&self) -> Result<NoiseSchedule> {
-        let why = |k: &str| format!("for kind {k}");
-        Ok(match self.kind {
-            ScheduleKind::Constant => NoiseSchedule::Constant,
-            ScheduleKind::Time => NoiseSchedule::Time {
-                k: required(self.decay, "decay", &why("time"))?,
-            },
-            ScheduleKind::Exponential => NoiseSchedule::Exponential {
-                k: required(self.decay, "decay", &why("exponential"))?,
-            },
-            ScheduleKind::Step => NoiseSchedule::Step {
-                k: required(self.decay, "decay", &why("step"))?,
-                period: required(self.period, "period", &why("step"))?,
-            },
-            ScheduleKind::Polynomial => NoiseSchedule::Polynomial {
-                k: required(self.decay, "decay", &why("polynomial"))?,
-                period: required(self.period, "period", &why("polynomial"))?,
-                sigma_end: required(self.sigma_end, "sigma_end", &why("polynomial"))?,
-            },
-        })
-    }
+/// The noise schedule a request names, with the parameters its kind needs.
+fn schedule_of(request: &ScheduleRequest) -> Result<NoiseSchedule> {
+    let why = |k: &str| format!("for kind {k}");
+    Ok(match request.kind {
+        ScheduleKind::Constant => NoiseSchedule::Constant,
+        ScheduleKind::Time => NoiseSchedule::Time {
+            k: required(request.decay, "decay", &why("time"))?,
+        },
+        ScheduleKind::Exponential => NoiseSchedule::Exponential {
+            k: required(request.decay, "decay", &why("exponential"))?,
+        },
+        ScheduleKind::Step => NoiseSchedule::Step {
+            k: required(request.decay, "decay", &why("step"))?,
+            period: required(request.period, "period", &why("step"))?,
+        },
+        ScheduleKind::Polynomial => NoiseSchedule::Polynomial {
+            k: required(request.decay, "decay", &why("polynomial"))?,
+            period: required(request.period, "period", &why("polynomial"))?,
+            sigma_end: required(request.sigma_end, "sigma_end", &why("polynomial"))?,
+        },
+    })
+}
 
-    /// Validate and compute.
-    pub fn compute(&self) -> Result<ScheduleResponse> {
-        let schedule = self.schedule()?;
+impl Compute for ScheduleRequest {
+    type Answer = ScheduleResponse;
+    fn compute(&self) -> Result<ScheduleResponse> {
+        let schedule = schedule_of(self)?;
         let budget = match (self.budget_epsilon, self.budget_rho) {
             (Some(epsilon), None) => Budget::Epsilon {
                 epsilon,

@@ -7,6 +7,7 @@ use super::dataset::{valid_dataset_id, Dataset};
 use super::error::{EngineError, EngineResult};
 use super::idempotency::Persisted;
 use super::Engine;
+use crate::ledger::DatasetConfigExt;
 use crate::ledger::{
     DatasetConfig, IdempotencyKey, Ledger, RefreshOutcome, StepOutcome, StepReport,
 };

@@ -568,6 +568,7 @@ fn run_set(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::DatasetConfigExt;
     use crate::store::Record;
 
     fn view(steps: u64) -> RunView {

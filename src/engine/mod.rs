@@ -80,7 +80,8 @@ pub use paging::PagingPolicy;
 pub use releases::ReleaseOutcome;
 pub use snapshots::SnapshotPolicy;
 pub use storage::{
-    DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
+    estimate_cache_report, export_estimate_cache, DatasetStorageReport, EstimateCacheReport,
+    SnapshotReport, StorageReport, TableCacheReport,
 };
 
 use crate::ledger::{IdempotencyKey, Ledger};

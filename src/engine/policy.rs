@@ -265,7 +265,10 @@ mod tests {
             labels: None,
             release_policy: Some(policy),
         };
-        let config = DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5);
+        let config = DatasetConfig {
+            thresholds: Some(crate::ledger::ThresholdMode::Sampled),
+            ..DatasetConfig::poisson(10, 0.5, 1.0, 1.0, 1e-5)
+        };
         let ds = engine
             .create_dataset("d", config, setup, None)
             .await

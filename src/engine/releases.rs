@@ -20,14 +20,8 @@ use crate::store::{RecordKind, StoredKey};
 use serde::Serialize;
 use std::sync::Arc;
 
-/// The answer to an accepted release.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct ReleaseOutcome {
-    /// The release as stored and served to viewers.
-    pub release: Release,
-    /// The budget after it.
-    pub budget: BudgetStatus,
-}
+/// The answer to an accepted release, defined once with the Rust client.
+pub use dpledger_api::release::ReleaseOutcome;
 
 /// Refuse a release of cost `rho` that the budget does not allow.
 pub(super) fn check_budget(ds: &Dataset, book: &ReleaseBook, rho: f64) -> EngineResult<()> {

@@ -12,156 +12,40 @@
 use super::error::{EngineError, EngineResult};
 use super::Engine;
 use crate::store::{SnapshotInfo, StorageStats};
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-/// The whole report.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct StorageReport {
-    /// Where the store is (`sqlite:PATH` or `postgres:HOST/DB`, no secrets).
-    pub store: String,
-    /// Records in the log (compacted ones included).
-    pub log_records: u64,
-    /// Payload bytes of the log's records.
-    pub log_bytes: u64,
-    /// Bytes of complete snapshots.
-    pub snapshot_bytes: u64,
-    /// Bytes of archives (archived datasets' per-example answers).
-    pub archive_bytes: u64,
-    /// Bytes of memory held by every dataset's ledger (paged-out ones hold a
-    /// placeholder).
-    pub memory_bytes: u64,
-    /// Datasets whose ledger is in memory.
-    pub datasets_in_memory: u64,
-    /// Datasets paged out (loaded back on their next request).
-    pub datasets_paged_out: u64,
-    /// The process-wide cache of sampled-Gaussian tables.
-    pub table_cache: TableCacheReport,
-    /// The process-wide cache of the PLD estimates' spectra and answers.
-    pub estimate_cache: EstimateCacheReport,
-    /// Every dataset, by id.
-    pub datasets: Vec<DatasetStorageReport>,
-}
+/// The report's types, defined once with the Rust client in the workspace
+/// crate `dpledger-api`.
+pub use dpledger_api::storage::{
+    DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
+};
 
-/// The table cache's size against its bound.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct TableCacheReport {
-    /// Tables held.
-    pub tables: u64,
-    /// Bytes they take.
-    pub bytes: u64,
-    /// The bound (`serve --table-cache-mb`).
-    pub bound_bytes: u64,
-    /// Tables dropped to stay within the bound.
-    pub evictions: u64,
-}
-
-/// The PLD estimates' cache (`engine/estimate.rs`) against its bound.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct EstimateCacheReport {
-    /// Spectrum pairs held (per level, grid and FFT size).
-    pub spectra: u64,
-    /// MGF pairs held (per level and grid).
-    pub mgfs: u64,
-    /// Finished answers held (per level history, releases and delta).
-    pub answers: u64,
-    /// Bytes they take.
-    pub bytes: u64,
-    /// The bound (`serve --estimate-cache-bytes`).
-    pub bound_bytes: u64,
-    /// Entries dropped to stay within the bound.
-    pub evictions: u64,
-    /// Lookups answered from the cache.
-    pub hits: u64,
-    /// Lookups that computed their value.
-    pub misses: u64,
-}
-
-impl EstimateCacheReport {
-    /// The cache's figures now.
-    pub fn now() -> Self {
-        let s = super::estimate::estimate_cache().stats();
-        Self {
-            spectra: s.spectra as u64,
-            mgfs: s.mgfs as u64,
-            answers: s.answers as u64,
-            bytes: s.bytes as u64,
-            bound_bytes: s.bound as u64,
-            evictions: s.evictions,
-            hits: s.hits,
-            misses: s.misses,
-        }
-    }
-
-    /// Set the `dpledger_estimate_cache_*` gauges (also on every scrape).
-    pub fn export() {
-        let r = Self::now();
-        metrics::gauge!("dpledger_estimate_cache_bytes").set(r.bytes as f64);
-        metrics::gauge!("dpledger_estimate_cache_bound_bytes").set(r.bound_bytes as f64);
-        metrics::gauge!("dpledger_estimate_cache_spectra").set(r.spectra as f64);
-        metrics::gauge!("dpledger_estimate_cache_answers").set(r.answers as f64);
-        metrics::counter!("dpledger_estimate_cache_evictions_total").absolute(r.evictions);
-        metrics::counter!("dpledger_estimate_cache_hits_total").absolute(r.hits);
-        metrics::counter!("dpledger_estimate_cache_misses_total").absolute(r.misses);
+/// The estimate cache's figures now.
+pub fn estimate_cache_report() -> EstimateCacheReport {
+    let s = super::estimate::estimate_cache().stats();
+    EstimateCacheReport {
+        spectra: s.spectra as u64,
+        mgfs: s.mgfs as u64,
+        answers: s.answers as u64,
+        bytes: s.bytes as u64,
+        bound_bytes: s.bound as u64,
+        evictions: s.evictions,
+        hits: s.hits,
+        misses: s.misses,
     }
 }
 
-/// One dataset's part.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct DatasetStorageReport {
-    /// Its id.
-    pub id: String,
-    /// Archived (read-only).
-    pub archived: bool,
-    /// Out of memory (a placeholder holds its place; see `paged_out`).
-    pub paged_out: bool,
-    /// Its examples.
-    pub examples: u64,
-    /// Steps applied.
-    pub steps: u64,
-    /// Bytes of memory its ledger holds now.
-    pub memory_bytes: u64,
-    /// `memory_bytes` per example (0 while paged out): the ledger's compact
-    /// form costs a few tens of bytes per example plus 4 per `(segment, level)`
-    /// entry it visited (docs/ledger-memory.md).
-    pub memory_bytes_per_example: f64,
-    /// The newest snapshot's bytes per example (0 without a snapshot).
-    pub snapshot_bytes_per_example: f64,
-    /// Seconds since it was last read or changed.
-    pub idle_seconds: f64,
-    /// Sequence number of its last record.
-    pub last_seq: u64,
-    /// Its records in the log.
-    pub log_records: u64,
-    /// Payload bytes of its records.
-    pub log_bytes: u64,
-    /// Bytes of its complete snapshots.
-    pub snapshot_bytes: u64,
-    /// Bytes of its archive in the store.
-    pub archive_bytes: u64,
-    /// Its newest complete snapshot, if any.
-    pub newest_snapshot: Option<SnapshotReport>,
-    /// Its records applied since the newest snapshot this process wrote or
-    /// loaded (what a restart would replay).
-    pub records_since_snapshot: u64,
-}
-
-/// A dataset's newest snapshot.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct SnapshotReport {
-    /// Catalogue id.
-    pub id: u64,
-    /// The record it was taken at.
-    pub seq: u64,
-    /// Its size in bytes.
-    pub bytes: u64,
-    /// When it was written (seconds since the Unix epoch).
-    pub created: u64,
-    /// Seconds since it was written.
-    pub age_seconds: u64,
-    /// Kept by a compaction (never deleted).
-    pub pinned: bool,
+/// Set the `dpledger_estimate_cache_*` gauges (also on every scrape).
+pub fn export_estimate_cache() {
+    let r = estimate_cache_report();
+    metrics::gauge!("dpledger_estimate_cache_bytes").set(r.bytes as f64);
+    metrics::gauge!("dpledger_estimate_cache_bound_bytes").set(r.bound_bytes as f64);
+    metrics::gauge!("dpledger_estimate_cache_spectra").set(r.spectra as f64);
+    metrics::gauge!("dpledger_estimate_cache_answers").set(r.answers as f64);
+    metrics::counter!("dpledger_estimate_cache_evictions_total").absolute(r.evictions);
+    metrics::counter!("dpledger_estimate_cache_hits_total").absolute(r.hits);
+    metrics::counter!("dpledger_estimate_cache_misses_total").absolute(r.misses);
 }
 
 impl Engine {
@@ -276,7 +160,7 @@ fn report(
             bound_bytes: cache.bound as u64,
             evictions: cache.evictions,
         },
-        estimate_cache: EstimateCacheReport::now(),
+        estimate_cache: estimate_cache_report(),
         datasets,
     }
 }
@@ -290,7 +174,7 @@ fn export_gauges(r: &StorageReport) {
     metrics::gauge!("dpledger_ledger_memory_bytes").set(r.memory_bytes as f64);
     metrics::gauge!("dpledger_datasets_in_memory").set(r.datasets_in_memory as f64);
     metrics::gauge!("dpledger_datasets_paged_out").set(r.datasets_paged_out as f64);
-    EstimateCacheReport::export();
+    export_estimate_cache();
     for d in &r.datasets {
         let id = d.id.clone();
         metrics::gauge!("dpledger_dataset_memory_bytes", "dataset" => id.clone())

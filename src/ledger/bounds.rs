@@ -10,48 +10,11 @@
 //! These pure functions are shared by the server and `dpledger replay`, so an
 //! offline replay reproduces exactly what is served.
 
-use super::protocol::{Bound, ExamplePrivacy, PrivacyKind, PrivacyPart, WorstCase};
+use super::protocol::{PrivacyPart, WorstCase};
 use crate::accounting::pld::{self, PldEvent, PldOptions};
-use serde::{Deserialize, Serialize};
 
-/// Which accountant gave a worst-case epsilon.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WorstCaseMethod {
-    /// The privacy loss distribution accountant (spec §8).
-    Pld,
-    /// The RDP accountant (spec §4).
-    Rdp,
-}
-
-/// The PLD worst case (spec §8): a proven upper bound for every example.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct PldWorstCase {
-    /// Its epsilon at the requested delta.
-    pub epsilon: f64,
-    /// Grid spacing of the privacy loss used (losses rounded up on it).
-    pub value_discretization: f64,
-    /// Always true: a pessimistic discretisation, a valid upper bound.
-    pub guarantee: bool,
-}
-
-/// The worst case by both accountants, the tighter first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct WorstCaseBounds {
-    /// The tightest proven worst-case epsilon: `min(pld.epsilon, rdp.epsilon)`.
-    pub epsilon: f64,
-    /// The accountant that gave `epsilon`.
-    pub method: WorstCaseMethod,
-    /// Number of steps applied so far.
-    pub steps: u64,
-    /// The PLD worst case (`null` when it could not be computed, see `pld_error`).
-    pub pld: Option<PldWorstCase>,
-    /// Why there is no PLD worst case, if there is none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pld_error: Option<String>,
-    /// The RDP worst case (spec §4), as before: epsilon, order, RDP vector.
-    pub rdp: WorstCase,
-}
+/// The worst-case views, defined once with the Rust client.
+pub use dpledger_api::views::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 
 /// The discretisation every served PLD worst case uses.
 pub fn pld_options() -> PldOptions {
@@ -86,23 +49,6 @@ pub fn combine_worst_case(rdp: WorstCase, pld: Result<PldWorstCase, String>) -> 
         pld,
         pld_error,
         rdp,
-    }
-}
-
-impl ExamplePrivacy {
-    /// Bound the example's guarantee by the PLD worst case too (spec §8): the
-    /// smaller of two proven bounds is one.
-    pub fn bounded_by(mut self, worst_case_pld: Option<f64>) -> Self {
-        if let Some(w) = worst_case_pld {
-            if w < self.epsilon {
-                self.epsilon = w;
-                self.bound = Bound::WorstCasePld;
-                self.guarantee.epsilon = w;
-                self.guarantee.kind = PrivacyKind::WorstCase;
-            }
-        }
-        self.worst_case_pld_epsilon = worst_case_pld;
-        self
     }
 }
 

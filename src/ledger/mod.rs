@@ -93,8 +93,8 @@ pub mod wire;
 
 pub use bounds::{PldWorstCase, WorstCaseBounds, WorstCaseMethod};
 pub use config::{
-    Clipping, DatasetConfig, ExPostOrders, IndividualBudget, Sampling, ThresholdMode, MAX_EXAMPLES,
-    MAX_ORDERS,
+    Clipping, DatasetConfig, DatasetConfigExt, ExPostOrders, IndividualBudget, Sampling,
+    ThresholdMode, MAX_EXAMPLES, MAX_ORDERS,
 };
 pub use dataset::{
     read_bytes, table_cache, ArchiveSummary, ArchivedExample, Ledger, LevelCount, LevelHistory,

@@ -26,6 +26,7 @@ use super::protocol::{Bound, PrivacyPart};
 use super::refresh_schedule::RefreshSchedule;
 use crate::accounting::conversion::Conversion;
 use crate::accounting::{trace_line, validate};
+use crate::ledger::config::DatasetConfigExt;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::BufRead;

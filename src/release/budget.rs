@@ -4,26 +4,20 @@
 
 use crate::accounting::conversion::zcdp_epsilon_exact;
 use crate::accounting::error::{InvalidArgument, Result};
-use serde::{Deserialize, Serialize};
 
-/// A budget as asked for: `rho`, or `epsilon` with `delta`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetRequest {
-    /// Total zCDP cost allowed for releases.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rho: Option<f64>,
-    /// Or: the releases together must be (epsilon, delta)-DP …
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub epsilon: Option<f64>,
-    /// … at this delta.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delta: Option<f64>,
+/// The budget's wire types, defined once with the Rust client in the
+/// workspace crate `dpledger-api`.
+pub use dpledger_api::release::{BudgetRequest, BudgetStatus};
+
+/// The server's conversion of a budget as asked for into zCDP `rho`, beside
+/// the type: it needs the exact zCDP-to-DP conversion of the accountants.
+pub trait BudgetRequestExt {
+    /// The budget in zCDP `rho`.
+    fn to_rho(&self) -> Result<f64>;
 }
 
-impl BudgetRequest {
-    /// The budget in zCDP `rho`.
-    pub fn to_rho(&self) -> Result<f64> {
+impl BudgetRequestExt for BudgetRequest {
+    fn to_rho(&self) -> Result<f64> {
         match (self.rho, self.epsilon, self.delta) {
             (Some(rho), None, None) => {
                 if rho.is_finite() && rho >= 0.0 {
@@ -74,27 +68,6 @@ pub fn rho_for_epsilon(epsilon: f64, delta: f64) -> f64 {
         }
     }
     lo
-}
-
-/// The budget's state, as shown to viewers and in a refusal.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct BudgetStatus {
-    /// Total zCDP `rho` releases may spend; `null` until a curator sets one (no
-    /// release is possible before).
-    pub rho_budget: Option<f64>,
-    /// zCDP `rho` spent by the releases so far.
-    pub rho_spent: f64,
-    /// Releases so far.
-    pub releases: u64,
-}
-
-impl BudgetStatus {
-    /// Whether spending `rho` more stays within the budget (a relative slack of
-    /// 1e-12 lets a budget be split into equal parts despite rounding).
-    pub fn allows(&self, rho: f64) -> bool {
-        self.rho_budget
-            .is_some_and(|b| self.rho_spent + rho <= b * (1.0 + 1e-12))
-    }
 }
 
 #[cfg(test)]

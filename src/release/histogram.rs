@@ -4,17 +4,9 @@
 
 use super::noise::{add_gaussian, gaussian_sigma};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 
-/// Released bin counts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct HistogramValue {
-    /// `bins + 1` bin edges from 0 to `B`; bin `j` is `[edges[j], edges[j+1])`, the
-    /// last one closed.
-    pub edges: Vec<f64>,
-    /// Noisy counts, rounded and clamped at 0 (post-processing).
-    pub counts: Vec<f64>,
-}
+/// The released counts, defined once with the Rust client.
+pub use dpledger_api::release::HistogramValue;
 
 /// The bin of `x` among `bins` equal bins of `[0, bound]`.
 fn bin_of(x: f64, bound: f64, bins: usize) -> usize {

@@ -5,16 +5,9 @@
 use super::exact_sum::ExactSum;
 use super::noise::{add_gaussian, gaussian_sigma};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 
-/// A released mean and the noisy count it was divided by.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct MeanValue {
-    /// The DP mean, clamped to `[0, B]`.
-    pub mean: f64,
-    /// The DP count of examples (Gaussian noise, rounded, at least 0).
-    pub count: f64,
-}
+/// The released mean, defined once with the Rust client.
+pub use dpledger_api::release::MeanValue;
 
 /// The noise standard deviations `(sum, count)` that spend `rho` in total.
 pub fn mean_sigmas(bound: f64, rho: f64) -> (f64, f64) {

@@ -21,7 +21,7 @@ pub mod request;
 pub mod rng;
 pub mod summary;
 
-pub use budget::{BudgetRequest, BudgetStatus};
+pub use budget::{BudgetRequest, BudgetRequestExt, BudgetStatus};
 pub use exact_sum::ExactSum;
 pub use histogram::HistogramValue;
 pub use labels::{check_label, LabelAssignment, LabelRecord, Labels};
@@ -34,52 +34,13 @@ pub use request::{
 pub use summary::{ReleaseSummary, Summary};
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 
-/// One released quantile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct QuantileValue {
-    /// The level in (0, 1).
-    pub level: f64,
-    /// The DP estimate of the level's quantile, in `[0, B]`.
-    pub value: f64,
-}
-
-/// The statistics released for one population (everyone, or one group).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Statistics {
-    /// The DP mean and count.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mean: Option<MeanValue>,
-    /// The DP quantiles, by increasing level.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantiles: Option<Vec<QuantileValue>>,
-    /// The DP histogram.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub histogram: Option<HistogramValue>,
-}
-
-/// The statistics of one label group.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct GroupStatistics {
-    /// The label; `null` for the examples without one.
-    pub label: Option<String>,
-    /// Its statistics.
-    #[serde(flatten)]
-    pub statistics: Statistics,
-}
-
-/// What a release published: the population's statistics, or every group's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ReleaseValues {
-    /// Statistics of all examples (when `by_group` was false).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub population: Option<Statistics>,
-    /// Statistics of every group, labels in order of first use, then the
-    /// unlabelled examples (when `by_group` was true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub groups: Option<Vec<GroupStatistics>>,
-}
+/// What a release published and the policy that asks for releases, defined
+/// once with the Rust client in the workspace crate `dpledger-api`.
+pub use dpledger_api::release::{
+    GroupStatistics, QuantileValue, Release, ReleasePolicy, ReleaseTrigger, ReleaseValues,
+    Statistics,
+};
 
 /// Compute one population's statistics: its sufficient statistics
 /// ([`Summary`]), then the mechanisms on them, as a sharded release does with
@@ -109,65 +70,6 @@ pub fn compute<R: Rng + ?Sized>(
         Some((values, labels)),
         bound,
     )
-}
-
-/// A release as recorded durably and served to viewers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Release {
-    /// 1, 2, … within the dataset.
-    pub id: u64,
-    /// Steps applied when it was released (the ledger's next step).
-    pub step: u64,
-    /// When it was released (seconds since the Unix epoch).
-    pub released_at: u64,
-    /// `request` for a curator's request, `policy` for an automatic one.
-    pub trigger: ReleaseTrigger,
-    /// What was asked for.
-    pub request: ReleaseRequest,
-    /// Delta at which epsilons were computed.
-    pub delta: f64,
-    /// The bound `B` (worst-case epsilon at `delta` before this release).
-    pub bound: f64,
-    /// zCDP cost charged to every example and to the worst case.
-    pub rho: f64,
-    /// The released statistics.
-    pub values: ReleaseValues,
-}
-
-/// Who asked for a release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReleaseTrigger {
-    /// A curator's request.
-    Request,
-    /// The dataset's release policy, after a step.
-    Policy,
-}
-
-/// Releases every `every_steps` steps, automatically. Steps never wait for a
-/// release: one that falls due while the previous is still being computed is
-/// deferred until it is done (and then describes the step reached by then);
-/// releases falling due meanwhile coalesce into it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReleasePolicy {
-    /// Release after every step whose number of applied steps is a multiple of this.
-    pub every_steps: u64,
-    /// What to release each time.
-    pub request: ReleaseRequest,
-}
-
-impl ReleasePolicy {
-    /// Validate the period and the request.
-    pub fn validate(&mut self) -> crate::accounting::error::Result<()> {
-        if self.every_steps == 0 {
-            return Err(crate::accounting::InvalidArgument::new(
-                "every_steps",
-                "must be at least 1",
-            ));
-        }
-        self.request.validate()
-    }
 }
 
 /// RDP at `orders` of a `rho`-zCDP release: `alpha · rho`, rounded up by one ulp

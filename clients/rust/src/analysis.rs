@@ -3,7 +3,16 @@
 //! next to the data-independent and seed-000 per-instance epsilons.
 
 use crate::types::Conversion;
-use serde::Deserialize;
+
+/// The analysis' report, defined once with the server in the workspace crate
+/// `dpledger-api`, under the names of the OpenAPI document (its numbers are
+/// plain `f64`, read as before).
+pub use dpledger_api::analysis::{
+    Analysis as DataDependentAnalysis, DataIndependent as DataIndependentEpsilon,
+    ExampleResult as DataDependentExample, ExampleView as DataDependentExampleView,
+    Interval as DataDependentInterval, Quantiles as DataDependentQuantiles,
+    Summary as DataDependentSummary,
+};
 
 /// Parameters of an analysis; `runs` is required (at least 2 dataset ids).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -69,141 +78,4 @@ impl AnalysisQuery {
         }
         out
     }
-}
-
-/// The data-independent accountant on the same steps (a proven bound).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataIndependentEpsilon {
-    /// Its epsilon.
-    pub epsilon: f64,
-    /// The optimal order.
-    pub order: f64,
-}
-
-/// Quantiles over examples (nearest rank).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataDependentQuantiles {
-    /// Smallest.
-    pub min: f64,
-    /// 10th percentile.
-    pub p10: f64,
-    /// 25th percentile.
-    pub p25: f64,
-    /// Median.
-    pub median: f64,
-    /// 75th percentile.
-    pub p75: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-/// One checkpoint interval (the seed's Figure 1).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataDependentInterval {
-    /// First step.
-    pub start_step: u64,
-    /// One past the last step.
-    pub end_step: u64,
-    /// Contribution relative to the data-independent RDP, over examples.
-    pub relative_contribution: DataDependentQuantiles,
-}
-
-/// The distribution over examples (the seed's Figure 2).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataDependentSummary {
-    /// Data-dependent epsilons.
-    pub epsilon: DataDependentQuantiles,
-    /// Divided by the data-independent epsilon.
-    pub ratio_to_data_independent: DataDependentQuantiles,
-    /// Examples below the data-independent epsilon.
-    pub below_data_independent: usize,
-}
-
-/// One example's estimate.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataDependentExample {
-    /// The example.
-    pub id: u64,
-    /// Composed data-dependent RDP at `order`.
-    pub rdp: f64,
-    /// Its epsilon (an estimate).
-    pub epsilon: f64,
-    /// The optimal order.
-    pub order: f64,
-    /// Always false.
-    pub guarantee: bool,
-    /// The data-independent epsilon.
-    pub data_independent_epsilon: f64,
-    /// Seed-000 per-instance epsilon in each run.
-    #[serde(default)]
-    pub per_instance_epsilon: Option<Vec<f64>>,
-    /// Per interval, relative to the data-independent RDP (`None` where it is 0).
-    pub relative_contributions: Vec<Option<f64>>,
-}
-
-/// The whole analysis (curators and admins of every run).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataDependentAnalysis {
-    /// Always false: an estimate from finitely many runs.
-    pub guarantee: bool,
-    /// Runs the expectation used.
-    pub runs: usize,
-    /// Steps per run.
-    pub steps: usize,
-    /// Hölder exponent.
-    pub holder: f64,
-    /// Delta.
-    pub delta: f64,
-    /// Orders.
-    pub orders: Vec<f64>,
-    /// The conversion.
-    pub conversion: Conversion,
-    /// Order rounding ratio (1: exact).
-    pub order_ratio: f64,
-    /// Level stride (1: the ledger's grid).
-    pub level_stride: u32,
-    /// The runs' dataset ids.
-    pub datasets: Vec<String>,
-    /// The data-independent accountant.
-    pub data_independent: DataIndependentEpsilon,
-    /// Checkpoint intervals.
-    pub intervals: Vec<DataDependentInterval>,
-    /// Distribution over examples.
-    #[serde(default)]
-    pub summary: Option<DataDependentSummary>,
-    /// Every example, by id.
-    pub examples: Vec<DataDependentExample>,
-}
-
-/// One example's result with its context (what its owner reads).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DataDependentExampleView {
-    /// Always false.
-    pub guarantee: bool,
-    /// The runs' dataset ids.
-    pub datasets: Vec<String>,
-    /// Runs the expectation used.
-    pub runs: usize,
-    /// Steps per run.
-    pub steps: usize,
-    /// Hölder exponent.
-    pub holder: f64,
-    /// Delta.
-    pub delta: f64,
-    /// The conversion.
-    pub conversion: Conversion,
-    /// Order rounding ratio.
-    pub order_ratio: f64,
-    /// Level stride.
-    pub level_stride: u32,
-    /// The data-independent accountant.
-    pub data_independent: DataIndependentEpsilon,
-    /// Interval `i` is steps `[boundaries[i], boundaries[i+1])`.
-    pub boundaries: Vec<u64>,
-    /// The example.
-    pub example: DataDependentExample,
 }

@@ -7,6 +7,12 @@ use serde::Deserialize;
 use std::fmt;
 
 /// An `application/problem+json` document as dpledger answers every refusal.
+///
+/// Not yet shared with the server through `dpledger-api`, unlike the other
+/// bodies: the server's `Problem` is also its axum response (an
+/// `IntoResponse` impl, which the orphan rule forbids on a foreign type) and
+/// embeds the engine's `BudgetRefusal`; sharing it means a server-side
+/// wrapper and moving that refusal into the crate first.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Problem {
     /// A URN naming the kind of problem, e.g. `urn:dpledger:problem:conflict`.

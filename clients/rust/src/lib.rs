@@ -70,5 +70,6 @@ pub use types::{
     DatasetStorageReport, EstimateCacheReport, SnapshotReport, StorageReport, TableCacheReport,
 };
 pub use types::{
-    ExPostOrders, LedgerKind, PrivacyKind, PrivacyPart, RefreshDue, RefreshSchedule, ThresholdMode,
+    ExPostOrders, LedgerKind, PrivacyKind, PrivacyPart, RefreshDue, RefreshSchedule, ShardSpan,
+    ThresholdMode,
 };

@@ -132,6 +132,7 @@ async fn problem_details_surface_as_errors() {
             orders: None,
             conversion: None,
             method: None,
+            value_discretization: None,
         })
         .await,
     );
@@ -277,6 +278,7 @@ async fn owner_privacy_and_worst_case() {
             orders: Some(orders.clone()),
             conversion: None,
             method: Some(AccountantMethod::Rdp),
+            value_discretization: None,
         })
         .await
         .unwrap();
@@ -320,6 +322,7 @@ async fn accountant_calls() {
         orders: None,
         conversion: None,
         method: Some(AccountantMethod::Rdp),
+        value_discretization: None,
     };
     let e = c.accountant_epsilon(&run).await.unwrap();
     assert!((e.epsilon.unwrap() - 5.632).abs() < 1e-3, "{e:?}");
@@ -367,6 +370,7 @@ async fn accountant_calls() {
             steps: 1000,
             orders: None,
             method: Some(AccountantMethod::Rdp),
+            value_discretization: None,
         })
         .await
         .unwrap();
@@ -380,6 +384,7 @@ async fn accountant_calls() {
             orders: None,
             conversion: Some(Conversion::Improved),
             method: Some(AccountantMethod::Rdp),
+            value_discretization: None,
         })
         .await
         .unwrap()

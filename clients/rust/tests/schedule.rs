@@ -17,7 +17,11 @@ use dpledger_client::{
 fn predictable(n: u64, q: f64, full_every: Option<u64>, block: Option<u64>) -> DatasetConfig {
     let mut c = DatasetConfig::poisson(n, 1.0, 1.0, q, 1e-5);
     c.rounding = Some(0.01);
-    c.refresh = Some(RefreshSchedule { full_every, block });
+    c.refresh = Some(RefreshSchedule {
+        full_every,
+        block,
+        shard: None,
+    });
     c
 }
 

@@ -155,6 +155,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             config.refresh = Some(RefreshSchedule {
                 full_every: args.full_every,
                 block: Some(block).filter(|&m| m > 0),
+                shard: None,
             });
             config.planned_steps = Some(args.epochs * (1.0 / q).round().max(1.0) as u64);
             println!(

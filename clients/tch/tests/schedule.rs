@@ -39,6 +39,7 @@ fn the_trainer_follows_the_refresh_schedule() {
     config.refresh = Some(RefreshSchedule {
         full_every: Some(e),
         block: Some(m),
+        shard: None,
     });
     runtime
         .block_on(admin.create_dataset("sched", &config))

@@ -129,6 +129,7 @@ pub(super) fn combine_logs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::DatasetConfigExt;
 
     fn part(start: u64) -> Part {
         Part {

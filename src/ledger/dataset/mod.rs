@@ -80,6 +80,7 @@ use super::pld_events::PldHistory;
 use super::prefix::PrefixSums;
 use crate::accounting::grid::BucketGrid;
 use crate::accounting::table::{RdpTable, StepMechanism, TableCache};
+use crate::ledger::config::DatasetConfigExt;
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
