@@ -393,8 +393,6 @@ fn engine_functions_take_and_return_no_store_type() {
     // step codec's payload, a snapshot's description): this list only
     // shrinks, and a new function never joins it.
     let known = [
-        "engine::cluster::view",
-        "engine::cluster::placement::node_memory",
         "engine::commands::payload_from_report",
         "engine::commands::report_from_payload",
         "engine::snapshots::snapshot",

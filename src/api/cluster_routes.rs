@@ -104,7 +104,7 @@ async fn cluster_view(State(state): S, Auth(claims): Auth) -> ApiResult<Json<Clu
                 draining: false,
                 heartbeat_age_ms: 0,
                 memory_free_bytes: memory_free(),
-                ledger_memory_bytes: Some(state.engine.node_memory().ledger_bytes),
+                ledger_memory_bytes: Some(state.engine.ledger_memory_bytes()),
                 datasets_owned: state.engine.dataset_ids().len() as u64,
             }],
             datasets: Vec::new(),

@@ -51,6 +51,37 @@ pub struct Lease {
     pub expires_in_ms: i64,
 }
 
+/// A node of the cluster as the cluster map shows it: the engine's own, read
+/// from the store's row at the boundary ([`ClusterNode::view`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Its id (`--node-id`).
+    pub node_id: String,
+    /// The URL other nodes and clients reach it at.
+    pub advertise: String,
+    /// Milliseconds since its last heartbeat, by the database's clock.
+    pub heartbeat_age_ms: i64,
+    /// Set when it was asked to hand its datasets over.
+    pub draining: bool,
+    /// Memory it reported free for new datasets, in bytes.
+    pub memory_free: Option<i64>,
+    /// Memory its ledgers in memory use, in bytes.
+    pub ledger_bytes: Option<i64>,
+}
+
+impl From<NodeRow> for Node {
+    fn from(row: NodeRow) -> Node {
+        Node {
+            node_id: row.node_id,
+            advertise: row.advertise,
+            heartbeat_age_ms: row.heartbeat_age_ms,
+            draining: row.draining,
+            memory_free: row.memory_free,
+            ledger_bytes: row.ledger_bytes,
+        }
+    }
+}
+
 impl From<LeaseRow> for Lease {
     fn from(row: LeaseRow) -> Lease {
         Lease {
@@ -289,10 +320,10 @@ impl ClusterNode {
     }
 
     /// Every node and every lease, from the database.
-    pub async fn view(&self) -> EngineResult<(Vec<NodeRow>, Vec<Lease>)> {
+    pub async fn view(&self) -> EngineResult<(Vec<Node>, Vec<Lease>)> {
         let nodes = self.db.nodes().await.map_err(EngineError::store)?;
         let leases = self.read_leases().await.map_err(EngineError::store)?;
-        Ok((nodes, leases))
+        Ok((nodes.into_iter().map(Node::from).collect(), leases))
     }
 
     /// Every lease, read from the database.

@@ -132,12 +132,8 @@ impl Engine {
     /// left out rather than waited for), and what is free for new datasets:
     /// the machine's available memory, or `--node-memory-bytes` minus the
     /// ledgers' use when set (whichever is smaller).
-    pub fn node_memory(&self) -> NodeMemory {
-        let ledger_bytes: u64 = self
-            .datasets
-            .iter()
-            .filter_map(|e| e.value().ledger.try_read().ok().map(|l| l.memory_bytes()))
-            .sum();
+    pub(in crate::engine) fn node_memory(&self) -> NodeMemory {
+        let ledger_bytes = self.ledger_memory_bytes();
         let machine = super::memory_free();
         let offered = self
             .cluster
@@ -149,6 +145,16 @@ impl Engine {
             (a, b) => a.or(b),
         };
         NodeMemory { free, ledger_bytes }
+    }
+
+    /// What this node's ledgers in memory use, in bytes (the storage report's
+    /// figure; a ledger locked for a write right now is left out rather than
+    /// waited for).
+    pub fn ledger_memory_bytes(&self) -> u64 {
+        self.datasets
+            .iter()
+            .filter_map(|e| e.value().ledger.try_read().ok().map(|l| l.memory_bytes()))
+            .sum()
     }
 }
 
