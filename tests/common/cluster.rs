@@ -234,8 +234,10 @@ impl Cluster {
                 .unwrap()
                 .iter()
                 .all(|d| d["owner"].is_string());
-            let counts: std::collections::BTreeMap<String, u64> = self
-                .owned_counts()
+            // Counted from the same map as `owned`: a second read could
+            // find a lease between owners (at a 1 s TTL, a renewal a little
+            // late) and count one dataset fewer than the map said was owned.
+            let counts: std::collections::BTreeMap<String, u64> = owned_counts_of(&map)
                 .into_iter()
                 .filter(|(id, _)| self.nodes.iter().any(|n| &n.id == id && n.is_up()))
                 .collect();
@@ -258,17 +260,7 @@ impl Cluster {
             .iter()
             .position(|n| n.is_up())
             .expect("a node up");
-        self.map(i)["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| {
-                (
-                    n["node_id"].as_str().unwrap().to_string(),
-                    n["datasets_owned"].as_u64().unwrap(),
-                )
-            })
-            .collect()
+        owned_counts_of(&self.map(i))
     }
 
     /// Starts node `i` again (same id and port) after a kill or an exit.
@@ -506,6 +498,22 @@ impl Cluster {
 
 /// Asserts the log's epochs of `dataset` never go back: each epoch's records
 /// lie after every record of the epochs before it (no write under a stale
+
+/// How many live leases each node holds, by node id, in cluster map `map`.
+fn owned_counts_of(map: &Value) -> std::collections::BTreeMap<String, u64> {
+    map["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node_id"].as_str().unwrap().to_string(),
+                n["datasets_owned"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// epoch landed after a takeover), and no record lacks an epoch.
 pub fn assert_epochs_monotone(cluster: &Cluster, dataset: &str) {
     let ranges = cluster.epoch_ranges(dataset);
