@@ -496,9 +496,6 @@ impl Cluster {
     }
 }
 
-/// Asserts the log's epochs of `dataset` never go back: each epoch's records
-/// lie after every record of the epochs before it (no write under a stale
-
 /// How many live leases each node holds, by node id, in cluster map `map`.
 fn owned_counts_of(map: &Value) -> std::collections::BTreeMap<String, u64> {
     map["nodes"]
@@ -514,6 +511,8 @@ fn owned_counts_of(map: &Value) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// Asserts the log's epochs of `dataset` never go back: each epoch's records
+/// lie after every record of the epochs before it (no write under a stale
 /// epoch landed after a takeover), and no record lacks an epoch.
 pub fn assert_epochs_monotone(cluster: &Cluster, dataset: &str) {
     let ranges = cluster.epoch_ranges(dataset);
