@@ -33,7 +33,8 @@ use super::bounds::blocking;
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
 use super::releases::{
-    check_bound, check_budget, check_charge, check_labels, now_secs, released_answer,
+    check_bound, check_budget, check_charge, check_labels, check_leaves_someone_in, now_secs,
+    released_answer,
 };
 use super::{Engine, ReleaseOutcome};
 use crate::accounting::pld::PldEvent;
@@ -360,9 +361,8 @@ fn open_view_with(
     // would be 0); the commit checks again after later steps.
     ledger.check_release()?;
     let left_out = ledger.release_left_out(&rdp_of_rho(ledger.orders(), rho));
-    let examples = ledger.examples();
-    if scope == ViewScope::Dataset && examples > 0 && left_out.len() as u64 == examples {
-        return Err(EngineError::LeavesOutEveryone { examples });
+    if scope == ViewScope::Dataset {
+        check_leaves_someone_in(ledger.examples(), left_out.len() as u64)?;
     }
     let delta = request.delta.unwrap_or(ledger.config().delta);
     let rdp_worst = ledger.worst_case(delta, Conversion::default())?;

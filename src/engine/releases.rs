@@ -67,6 +67,17 @@ pub(super) fn check_labels(ds: &Dataset, book: &ReleaseBook, by_group: bool) -> 
     Ok(())
 }
 
+/// Refuse a release that leaves out of its input all of the dataset's
+/// `examples` (`left_out` of them, spec §6): it would tell nothing. An
+/// unsharded release checks its own ledger's count; a sharded one the sum of
+/// its shards'.
+pub(super) fn check_leaves_someone_in(examples: u64, left_out: u64) -> EngineResult<()> {
+    if examples > 0 && left_out == examples {
+        return Err(EngineError::LeavesOutEveryone { examples });
+    }
+    Ok(())
+}
+
 /// Refuse a charge of `rho` that the ledger cannot take now: a multi-part step
 /// is incomplete, or the charge would retire examples outside `left_out`
 /// (sorted ids the release leaves out of its input) or push them past their

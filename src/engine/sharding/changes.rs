@@ -12,6 +12,7 @@ use super::labels::{dataset_label_names, split_labels};
 use super::merge::{check_interactive, check_sharded_request, release_of_shards, Apart};
 use super::owners::{new_change_id, ShardChange, ShardRecordKind};
 use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::releases::check_leaves_someone_in;
 use crate::engine::ReleaseOutcome;
 use crate::ledger::IdempotencyKey;
 use crate::release::{
@@ -123,10 +124,10 @@ impl Coordinator {
                         .unwrap_or_default()
                 })
                 .collect();
-            let examples = self.layout.examples;
-            if examples > 0 && left_out.iter().map(LeftOut::count).sum::<u64>() == examples {
+            let count = left_out.iter().map(LeftOut::count).sum();
+            if let Err(refusal) = check_leaves_someone_in(self.layout.examples, count) {
                 self.decide_all(&id).await;
-                return Err(EngineError::LeavesOutEveryone { examples });
+                return Err(refusal);
             }
             let before = prepared[0].budget;
             let budget = BudgetStatus {

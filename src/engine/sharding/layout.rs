@@ -4,8 +4,8 @@
 //! log) named `{dataset}~{start}`, whose example `i` is the dataset's example
 //! `start + i`. The layout (examples, shards, the creation's specification)
 //! is one row of `dpledger_shards`, written before any shard and never
-//! changed, so every node can cache it for good.
-//! Shard names are `engine::shard_names`.
+//! changed, so every node can cache it for good. The shard names themselves
+//! are `engine::shard_names`.
 
 use crate::engine::cluster::ClusterNode;
 use crate::engine::error::{EngineError, EngineResult};
