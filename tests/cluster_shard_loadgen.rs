@@ -70,8 +70,9 @@ fn loadgen_drives_a_sharded_dataset_through_every_node_with_owner_tokens() {
     for shard in shards {
         assert_eq!(shard["steps"], steps, "{shards:?}");
     }
-    // Every norm crossed from a coordinating node to its shard as 8 bytes at
-    // least (the binary step part), and the counters saw it.
+    // The parts for shards on other nodes crossed as binary step parts (8
+    // bytes a norm) and came back as JSON answers, and the counters saw them;
+    // a node's own shards are called in-process and move nothing.
     let moved = total(&cluster) - before;
     assert!(
         moved >= (steps * batch * 8) as f64,

@@ -199,32 +199,81 @@ fn dataset_of(path: &str) -> Option<&str> {
     (!id.is_empty()).then_some(id)
 }
 
-/// A sharded dataset's request: releases and budgets to `shard_release.rs`,
-/// its release policy to `shard_policy.rs`, labels to `shard_labels.rs`,
-/// archiving to `shard_archive.rs`, the rest to `shard_routes.rs`.
+/// Where a request of a dataset goes.
+enum Routed {
+    /// Answered (by the handler here, by the owner, or refused).
+    Answer(Response),
+    /// A read of a sharded dataset's release book, rewritten to its first
+    /// shard (whose book is the dataset's: every change is in every shard's
+    /// log), to be routed as that shard's request.
+    FirstShard(Request, String),
+}
+
+/// A sharded dataset's request: its handler here answers it (the engine
+/// knows the layout and reaches the shards), except a read of its release
+/// book, which its first shard answers.
 async fn serve_sharded(
-    state: Arc<AppState>,
-    node: Arc<crate::engine::cluster::ClusterNode>,
     layout: Arc<crate::engine::sharding::ShardLayout>,
     request: Request,
-) -> Response {
-    let rest = request
-        .uri()
-        .path()
+    next: Next,
+) -> Routed {
+    let path = request.uri().path();
+    let rest = path
         .strip_prefix("/v1/datasets/")
         .and_then(|p| p.strip_prefix(layout.dataset.as_str()))
-        .unwrap_or("");
-    match (request.method().as_str(), rest) {
-        ("PUT", "/release-policy") => {
-            super::shard_policy::serve(state, node, layout, request).await
-        }
-        ("POST", "/releases") | ("PUT", "/release-budget") => {
-            super::shard_release::serve(state, node, layout, request).await
-        }
-        ("PUT", "/labels") => super::shard_labels::serve(state, node, layout, request).await,
-        ("POST", "/archive") => super::shard_archive::serve(state, node, layout, request).await,
-        _ => super::shard_routes::serve(state, node, layout, request).await,
+        .unwrap_or("")
+        .to_string();
+    let book_read = request.method() == axum::http::Method::GET
+        && (rest == "/releases"
+            || rest.starts_with("/releases/")
+            || rest == "/release-budget"
+            || rest == "/release-policy");
+    if !book_read {
+        return Routed::Answer(next.run(request).await);
     }
+    let shard = layout.shard_dataset(0);
+    let query = request
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let (mut parts, body) = request.into_parts();
+    match format!("/v1/datasets/{shard}{rest}{query}").parse() {
+        Ok(uri) => parts.uri = uri,
+        Err(_) => {
+            return Routed::Answer(
+                Problem::bad_request("the request's path cannot be routed").into_response(),
+            )
+        }
+    }
+    Routed::FirstShard(Request::from_parts(parts, body), shard)
+}
+
+/// A change sent straight to one shard `{d}~{start}` that only its dataset
+/// may make (`409 sharded-unsupported`): releases, labels or budgets on one
+/// shard would charge or change it alone. Reads, step parts, refreshes and
+/// archiving (what a node sends its shards) pass; a step part or refresh sent
+/// to one shard by hand is accounted for that shard's examples as such; a
+/// shard archived by hand makes the dataset read-only (its view says
+/// archived), which archiving the dataset completes.
+fn refuse_shard_change(id: &str, request: &Request) -> Option<Response> {
+    let (dataset, _) = crate::engine::sharding::parse_shard_id(id)?;
+    let path = request.uri().path();
+    let post = *request.method() == axum::http::Method::POST;
+    let passes = *request.method() == axum::http::Method::GET
+        || (post
+            && (path.ends_with("/steps")
+                || path.ends_with("/archive")
+                || path.ends_with("/refresh")));
+    if passes {
+        return None;
+    }
+    let error = crate::engine::EngineError::ShardedUnsupported(format!(
+        "{} {path}: {id:?} is a shard of the sharded dataset {dataset:?}; changes other than \
+         steps go to the dataset (change the sharded dataset instead; see docs/sharding.md)",
+        request.method()
+    ));
+    Some(Problem::from(error).into_response())
 }
 
 /// Routing middleware (cluster mode only): a dataset's request goes to the
@@ -263,17 +312,43 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     let Some(id) = dataset_of(request.uri().path()).map(str::to_string) else {
         return next.run(request).await;
     };
+    match route_dataset(&state, &node, id, request, next.clone()).await {
+        Routed::Answer(response) => response,
+        // A shard is never sharded itself: routed once more at most.
+        Routed::FirstShard(request, shard) => {
+            match route_dataset(&state, &node, shard, request, next).await {
+                Routed::Answer(response) => response,
+                Routed::FirstShard(..) => Problem::internal(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "a shard was found sharded",
+                )
+                .into_response(),
+            }
+        }
+    }
+}
+
+/// Routes a request of dataset `id`: see [`route_to_owner`].
+async fn route_dataset(
+    state: &Arc<AppState>,
+    node: &Arc<crate::engine::cluster::ClusterNode>,
+    id: String,
+    request: Request,
+    next: Next,
+) -> Routed {
+    let mut request = request;
     if let Some(layout) = state.engine.known_layout(&id) {
-        return serve_sharded(state.clone(), node, layout, request).await;
+        return serve_sharded(layout, request, next).await;
     }
     if super::cluster::is_owner_call(&request) {
-        return super::cluster::owner_call(state.clone(), node, id, request).await;
+        let node = node.clone();
+        return Routed::Answer(super::cluster::owner_call(state.clone(), node, id, request).await);
     }
-    if let Some(refusal) = super::shard_routes::refuse_shard_change(&id, &request) {
-        return refusal;
+    if let Some(refusal) = refuse_shard_change(&id, &request) {
+        return Routed::Answer(refusal);
     }
     if state.engine.serves(&id) {
-        return next.run(request).await;
+        return Routed::Answer(next.run(request).await);
     }
     // Found to exist nowhere moments ago: no reads of PostgreSQL before the
     // handler authorises (the negative cache, `engine::cluster::unknown`), for
@@ -282,40 +357,42 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
     // node is never answered 404 to its own trainer.
     if node.known_absent(&id) {
         let (mut parts, body) = request.into_parts();
-        let authenticated = Auth::from_request_parts(&mut parts, &state).await.is_ok();
+        let authenticated = Auth::from_request_parts(&mut parts, state).await.is_ok();
         request = Request::from_parts(parts, body);
         if !authenticated {
-            return absent(request, next, &id).await;
+            return Routed::Answer(absent(request, next, &id).await);
         }
     }
     let lease = match node.lease_lookup_cached(&id).await {
         Ok(lease) => lease,
         // Not knowing is not "no such dataset": retry once the store answers.
         Err(_) => {
-            return Problem::not_owner(
-                format!("the lease of {id:?} could not be read from the store now: retry"),
-                None,
-            )
-            .into_response();
+            return Routed::Answer(
+                Problem::not_owner(
+                    format!("the lease of {id:?} could not be read from the store now: retry"),
+                    None,
+                )
+                .into_response(),
+            );
         }
     };
     let Some(lease) = lease else {
         // No lease: a sharded dataset (its shards have the leases), or none.
         match state.engine.layout_of(&id).await {
-            Ok(Some(layout)) => {
-                return serve_sharded(state.clone(), node, layout, request).await;
-            }
+            Ok(Some(layout)) => return serve_sharded(layout, request, next).await,
             Ok(None) => node.remember_absent(&id),
             // Not knowing is not "no such dataset": retry once the store answers.
             Err(_) => {
-                return Problem::not_owner(
-                    format!("the layout of {id:?} could not be read from the store now: retry"),
-                    None,
-                )
-                .into_response();
+                return Routed::Answer(
+                    Problem::not_owner(
+                        format!("the layout of {id:?} could not be read from the store now: retry"),
+                        None,
+                    )
+                    .into_response(),
+                );
             }
         }
-        return absent(request, next, &id).await;
+        return Routed::Answer(absent(request, next, &id).await);
     };
     let owner = match (&lease.owner, &lease.advertise) {
         (Some(o), Some(a)) if lease.expires_in_ms > 0 && *o != node.config.node_id => {
@@ -333,7 +410,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         )
         .into_response()
     };
-    match owner {
+    Routed::Answer(match owner {
         None => refuse(None, "its lease is moving"),
         Some(owner) if request.headers().contains_key(FORWARDED) => {
             refuse(Some(owner), "the request was already forwarded once")
@@ -358,7 +435,7 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
                 ))
             }
         },
-    }
+    })
 }
 
 /// A request for dataset `id`, which has no lease and no layout: no such

@@ -8,16 +8,14 @@
 //! annotations that make up most of its length.
 
 use super::auth::Access;
-use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
+use super::extract::{ApiPath, ApiQuery, Auth, PassedOn, RawBody};
 use super::idempotency::IdempotencyHeader;
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use super::task::run_to_completion;
-use crate::accounting::{validate, Conversion};
-use crate::engine::{Dataset, DatasetSetup};
-use crate::ledger::{
-    DatasetConfig, Ledger, RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds,
-};
+use crate::accounting::Conversion;
+use crate::engine::{DatasetSetup, ExampleQuery, IdRange};
+use crate::ledger::{DatasetConfig, RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds};
 use crate::release::BudgetRequestExt;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -134,32 +132,23 @@ fn parse_method(method: Option<&str>) -> ApiResult<ExampleMethod> {
     }
 }
 
-fn parse_query(q: &PrivacyQuery, default_delta: f64) -> ApiResult<(f64, Conversion)> {
-    let delta = validate::delta("delta", q.delta.unwrap_or(default_delta))?;
-    let conversion = match q.conversion.as_deref() {
+/// A privacy query's delta (checked by the engine against the dataset's
+/// default) and conversion (`improved` when absent).
+fn privacy_query(
+    delta: Option<f64>,
+    conversion: Option<&str>,
+) -> ApiResult<crate::engine::PrivacyQuery> {
+    let conversion = match conversion {
         None => Conversion::default(),
         Some(text) => text.parse().map_err(|e: String| {
             Problem::bad_request(format!("invalid conversion: {e}")).with_field("conversion")
         })?,
     };
-    Ok((delta, conversion))
+    Ok(crate::engine::PrivacyQuery { delta, conversion })
 }
 
 async fn view(state: &AppState, id: &str) -> ApiResult<DatasetView> {
-    state.engine.with_ledger(id, view_of).await
-}
-
-fn view_of(ds: &Dataset, ledger: &Ledger) -> ApiResult<DatasetView> {
-    let config = ledger.config().clone();
-    let worst_case = ds.worst_case_bounds(ledger, config.delta, Conversion::default())?;
-    Ok(DatasetView {
-        id: ds.id.clone(),
-        archived: ds.is_archived(),
-        status: ledger.status(),
-        config,
-        worst_case,
-        shards: None,
-    })
+    Ok(state.engine.ledger_view(id).await?)
 }
 
 #[utoipa::path(post, path = "/v1/datasets", tag = "datasets", request_body = CreateDataset,
@@ -230,10 +219,11 @@ async fn list_datasets(State(state): S, Auth(claims): Auth) -> ApiResult<Json<Da
 async fn get_dataset(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<DatasetView>> {
     claims.authorize(Access::Train(&id))?;
-    Ok(Json(view(&state, &id).await?))
+    Ok(Json(state.engine.view_as(&id, caller).await?))
 }
 
 #[utoipa::path(post, path = "/v1/datasets/{dataset}/archive", tag = "datasets", params(("dataset" = String, Path)),
@@ -242,11 +232,18 @@ async fn get_dataset(
 async fn archive_dataset(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
 ) -> ApiResult<Json<DatasetView>> {
     claims.authorize(Access::Curate(&id))?;
     let key = idempotency.key(b"")?;
+    if let Some(shards) = state.engine.sharded(&id, caller).await? {
+        // Run to its end even if the caller goes (owners hold their shards'
+        // writes until the change is decided).
+        let view = run_to_completion(async move { shards.archive_dataset().await }).await?;
+        return Ok(Json(view));
+    }
     let (st, id2) = (state.clone(), id.clone());
     run_to_completion(async move { st.engine.archive(&id2, key).await }).await?;
     Ok(Json(view(&state, &id).await?))
@@ -261,6 +258,7 @@ async fn archive_dataset(
 async fn report_step(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
     body: RawBody,
@@ -275,8 +273,10 @@ async fn report_step(
     use tracing::Instrument;
     let st = state.clone();
     Ok(Json(
-        run_to_completion(async move { st.engine.report_step(&id, report).await }.instrument(span))
-            .await?,
+        run_to_completion(
+            async move { st.engine.step_as(&id, report, caller).await }.instrument(span),
+        )
+        .await?,
     ))
 }
 
@@ -287,42 +287,20 @@ async fn report_step(
 async fn thresholds(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     query: ApiQuery<ThresholdRange>,
 ) -> ApiResult<Json<Thresholds>> {
     claims.authorize(Access::Train(&id))?;
     let range = query.parse()?;
+    let range = IdRange {
+        start: range.start,
+        end: range.end,
+    };
     let max_range = state.limits.max_threshold_range;
     let answer = state
         .engine
-        .with_ledger(&id, |_, ledger| -> ApiResult<Thresholds> {
-            let start = range.start.unwrap_or(0);
-            let end = range
-                .end
-                .unwrap_or(ledger.examples())
-                .min(ledger.examples());
-            if start > end {
-                return Err(
-                    Problem::bad_request(format!("start {start} is after end {end}"))
-                        .with_field("start"),
-                );
-            }
-            if end - start > max_range {
-                return Err(Problem::bad_request(format!(
-                    "at most {} thresholds per request",
-                    max_range
-                ))
-                .with_field("end"));
-            }
-            let thresholds = ledger.thresholds(start..end)?;
-            Ok(Thresholds {
-                start,
-                next_step: ledger.next_step(),
-                thresholds,
-                retired: ledger.retired_in(start..end),
-                refresh_due: ledger.refresh_due(),
-            })
-        })
+        .thresholds_as(&id, range, max_range, caller)
         .await?;
     Ok(Json(answer))
 }
@@ -335,6 +313,7 @@ async fn thresholds(
 async fn refresh(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
     body: RawBody,
@@ -344,8 +323,12 @@ async fn refresh(
     let body: RefreshRequest = body.json()?;
     let (st, id2) = (state.clone(), id.clone());
     Ok(Json(
-        run_to_completion(async move { st.engine.refresh(&id2, body.ids, body.norms, key).await })
-            .await?,
+        run_to_completion(async move {
+            st.engine
+                .refresh_as(&id2, body.ids, body.norms, key, caller)
+                .await
+        })
+        .await?,
     ))
 }
 
@@ -358,6 +341,7 @@ async fn refresh(
 async fn example_privacy(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath((id, example)): ApiPath<(String, String)>,
     query: ApiQuery<ExamplePrivacyQuery>,
 ) -> ApiResult<Json<PrivacyView>> {
@@ -372,69 +356,14 @@ async fn example_privacy(
     claims.authorize(Access::Example(&id, *example.as_ref().unwrap_or(&u64::MAX)))?;
     let example = example?;
     let q = query.parse()?;
-    let method = parse_method(q.method.as_deref())?;
-    let q = PrivacyQuery {
-        delta: q.delta,
-        conversion: q.conversion,
+    let query = ExampleQuery {
+        estimate: parse_method(q.method.as_deref())? == ExampleMethod::PldEstimate,
+        bounds: privacy_query(q.delta, q.conversion.as_deref())?,
     };
-    let estimate = method == ExampleMethod::PldEstimate;
-    let no_estimate = |why: String| {
-        Problem::conflict(format!("no PLD estimate for this example: {why}")).with_field("method")
-    };
-    // An archived dataset out of memory answers from the store (one block read).
-    let mut from_archive = None;
-    if let Some(archive) = state.engine.archive_to_read(&id)? {
-        let (delta, conversion) = parse_query(&q, archive.summary.config.delta)?;
-        from_archive = state
-            .engine
-            .archived_example_privacy(&id, &archive, example, delta, conversion, estimate)
-            .await?
-            .map(|(example, worst_case, input)| -> ApiResult<_> {
-                let view = PrivacyView {
-                    delta,
-                    example,
-                    worst_case,
-                    pld_estimate: None,
-                };
-                Ok((view, input.transpose().map_err(no_estimate)?))
-            })
-            .transpose()?;
-    }
-    let (mut view, input) = match from_archive {
-        Some(answer) => answer,
-        None => {
-            state
-                .engine
-                .with_ledger(&id, |ds, ledger| -> ApiResult<_> {
-                    let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
-                    let (example, worst_case) =
-                        ds.example_privacy(ledger, example, delta, conversion)?;
-                    // Read the counts under the lock; compose them after releasing it.
-                    let input = if estimate {
-                        Some(ledger.estimate_input(example.id)?.map_err(no_estimate)?)
-                    } else {
-                        None
-                    };
-                    let view = PrivacyView {
-                        delta,
-                        example,
-                        worst_case,
-                        pld_estimate: None,
-                    };
-                    Ok((view, input))
-                })
-                .await?
-        }
-    };
-    if let Some(input) = input {
-        let rdp = view.example.rdp_epsilon;
-        view.pld_estimate = Some(
-            state
-                .engine
-                .pld_estimate(&id, input, view.delta, rdp)
-                .await?,
-        );
-    }
+    let view = state
+        .engine
+        .example_privacy_as(&id, example, query, caller)
+        .await?;
     metrics::counter!("dpledger_privacy_queries_total").increment(1);
     Ok(Json(view))
 }
@@ -446,19 +375,14 @@ async fn example_privacy(
 async fn worst_case(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     query: ApiQuery<PrivacyQuery>,
 ) -> ApiResult<Json<WorstCaseBounds>> {
     claims.authorize(Access::View(&id))?;
     let q = query.parse()?;
-    let worst_case = state
-        .engine
-        .with_ledger(&id, |ds, ledger| -> ApiResult<WorstCaseBounds> {
-            let (delta, conversion) = parse_query(&q, ledger.config().delta)?;
-            Ok(ds.worst_case_bounds(ledger, delta, conversion)?)
-        })
-        .await?;
-    Ok(Json(worst_case))
+    let query = privacy_query(q.delta, q.conversion.as_deref())?;
+    Ok(Json(state.engine.worst_case_as(&id, query, caller).await?))
 }
 
 /// The dataset endpoints, merged into the main router.

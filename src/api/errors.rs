@@ -7,8 +7,7 @@ use super::problem::Problem;
 use crate::accounting::InvalidArgument;
 use crate::engine::EngineError;
 use crate::ledger::{ErrorKind, LedgerError};
-use axum::body::Body;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 impl From<InvalidArgument> for Problem {
@@ -78,13 +77,14 @@ impl From<EngineError> for Problem {
             EngineError::ShardsApart(_) => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shards-apart", detail)
             }
-            // Answered verbatim by [`engine_response`]; as a problem, its
-            // status and detail.
-            EngineError::Peer(p) => Problem::new(
-                StatusCode::from_u16(p.status).unwrap_or(StatusCode::BAD_GATEWAY),
-                "internal",
-                detail,
-            ),
+            EngineError::PartiallyApplied(_) => {
+                Problem::new(StatusCode::CONFLICT, "partially-applied", detail)
+            }
+            EngineError::ShardedUnsupported(_) => {
+                Problem::new(StatusCode::CONFLICT, "sharded-unsupported", detail)
+            }
+            // Answered as the peer answered it.
+            EngineError::Peer(p) => Problem::passed_on(p),
         }
     }
 }
@@ -94,18 +94,5 @@ impl From<EngineError> for Problem {
 /// answer as it came (status, media type, `Retry-After`, body), so that a
 /// caller of a sharded dataset hears exactly what the shard's owner said.
 pub(super) fn engine_response(e: EngineError) -> Response {
-    let EngineError::Peer(p) = e else {
-        return Problem::from(e).into_response();
-    };
-    let mut response = Response::builder()
-        .status(StatusCode::from_u16(p.status).unwrap_or(StatusCode::BAD_GATEWAY));
-    if let Some(media) = &p.content_type {
-        response = response.header(header::CONTENT_TYPE, media.as_str());
-    }
-    if let Some(after) = &p.retry_after {
-        response = response.header(header::RETRY_AFTER, after.as_str());
-    }
-    response
-        .body(Body::from(p.body))
-        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+    Problem::from(e).into_response()
 }

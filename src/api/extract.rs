@@ -4,6 +4,7 @@
 use super::auth::Claims;
 use super::problem::Problem;
 use super::state::AppState;
+use crate::engine::sharding::Credential;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
@@ -33,6 +34,24 @@ impl FromRequestParts<Arc<AppState>> for Auth {
                 Problem::unauthorized("the Authorization header must use the Bearer scheme")
             })?;
         state.auth.verify(token.trim()).map(Auth)
+    }
+}
+
+/// The caller's `Authorization` header as presented: what a sharded dataset's
+/// requests pass on to the owners of its shards on other nodes, which
+/// authorise it again for their shard (never logged; opaque to the engine).
+#[derive(Debug, Clone)]
+pub struct PassedOn(pub Option<Credential>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PassedOn {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
+        let credential = parts
+            .headers
+            .get(AUTHORIZATION)
+            .map(|value| Credential(value.as_bytes().to_vec()));
+        Ok(PassedOn(credential))
     }
 }
 
@@ -228,7 +247,7 @@ impl RawBody {
         if self.content_type.starts_with(BINARY_STEP) {
             let payload = crate::ledger::wire::StepPayload::decode(&self.bytes)
                 .map_err(|e| Problem::bad_request(format!("invalid binary step body: {e}")))?;
-            Ok(crate::engine::report_from_payload(payload))
+            Ok(payload.into())
         } else {
             self.json()
         }

@@ -11,7 +11,6 @@ use crate::ledger::{valid_key, IdempotencyKey};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::HeaderValue;
-use sha2::{Digest, Sha256};
 
 /// The header's name.
 pub const HEADER: &str = "idempotency-key";
@@ -59,18 +58,12 @@ impl IdempotencyHeader {
         if !valid_key(key) {
             return Err(malformed());
         }
-        let mut digest = Sha256::new();
-        for part in [self.method.as_bytes(), self.path.as_bytes()] {
-            digest.update((part.len() as u64).to_le_bytes());
-            digest.update(part);
-        }
-        digest.update((body.len() as u64).to_le_bytes());
-        digest.update(body);
-        Ok(Some(IdempotencyKey {
-            key: key.to_string(),
-            request: digest.finalize().to_vec(),
-            answer: Vec::new(),
-        }))
+        Ok(Some(IdempotencyKey::for_request(
+            key,
+            &self.method,
+            &self.path,
+            body,
+        )))
     }
 }
 

@@ -11,6 +11,7 @@
 //! | `analysis_routes.rs` | Thudi et al.'s data-dependent analysis over several runs |
 //! | `admin_routes.rs` | server administration: the storage report |
 //! | `cluster_routes.rs` | cluster mode: forwarding to owners or `503 not-owner`, the map, drain |
+//! | `shard_create.rs` | a sharded creation, coordinated by the node that receives it |
 //! | `cluster/` | node-to-node calls: the client, the engine's peers over it, the owners' side of the change protocol |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
@@ -44,13 +45,7 @@ pub mod permissions;
 pub mod problem;
 mod release_routes;
 pub mod routes;
-mod shard_archive;
 mod shard_create;
-mod shard_labels;
-mod shard_policy;
-mod shard_release;
-mod shard_routes;
-pub mod shard_view;
 pub mod state;
 mod task;
 

@@ -3,6 +3,7 @@
 //! A leaf of `api`: it imports nothing else of the HTTP layer, so every module may
 //! use it. How domain errors become problems is in `errors.rs`.
 
+use crate::engine::sharding::PeerRefusal;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -18,7 +19,7 @@ pub struct Problem {
     #[serde(rename = "type")]
     pub kind: String,
     /// Short human-readable summary of the kind.
-    pub title: String,
+    pub title: &'static str,
     /// The HTTP status code.
     pub status: u16,
     /// What exactly was wrong with this request.
@@ -35,6 +36,12 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<OwnerRef>)]
     pub owner: Option<Box<OwnerRef>>,
+    /// Another node's refusal passed on (a shard's owner answered this
+    /// node's call on the caller's behalf): answered exactly as that node
+    /// answered it (status, media type, `Retry-After`, body), so that the
+    /// caller hears what the owner said. Never part of the document itself.
+    #[serde(skip)]
+    pub passed_on: Option<Box<PeerRefusal>>,
 }
 
 /// A cluster node as named in a not-owner problem.
@@ -55,13 +62,26 @@ impl Problem {
     pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
         Self {
             kind: format!("urn:dpledger:problem:{slug}"),
-            title: status.canonical_reason().unwrap_or("Error").to_string(),
+            title: status.canonical_reason().unwrap_or("Error"),
             status: status.as_u16(),
             detail: detail.into(),
             field: None,
             budget: None,
             owner: None,
+            passed_on: None,
         }
+    }
+
+    /// Another node's refusal, answered as that node answered it; its
+    /// status, type and detail as far as its body says them.
+    pub fn passed_on(refusal: PeerRefusal) -> Self {
+        let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut p = Self::new(status, "internal", refusal.to_string());
+        if let Some(kind) = refusal.json()["type"].as_str() {
+            p.kind = kind.to_string();
+        }
+        p.passed_on = Some(Box::new(refusal));
+        p
     }
 
     /// The retryable refusal of a node that cannot serve or forward a
@@ -127,6 +147,9 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
+        if let Some(refusal) = self.passed_on {
+            return passed_on_response(*refusal);
+        }
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{}".to_vec());
         let mut response = (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
@@ -137,6 +160,21 @@ impl IntoResponse for Problem {
         }
         response
     }
+}
+
+/// Another node's answer as it came.
+fn passed_on_response(p: PeerRefusal) -> Response {
+    let mut response = Response::builder()
+        .status(StatusCode::from_u16(p.status).unwrap_or(StatusCode::BAD_GATEWAY));
+    if let Some(media) = &p.content_type {
+        response = response.header(header::CONTENT_TYPE, media.as_str());
+    }
+    if let Some(after) = &p.retry_after {
+        response = response.header(header::RETRY_AFTER, after.as_str());
+    }
+    response
+        .body(axum::body::Body::from(p.body))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
 /// Result type of handlers.

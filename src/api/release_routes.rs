@@ -2,19 +2,20 @@
 //! budget, labels and policy; viewers read what was released, at no new cost.
 
 use super::auth::{Access, Claims};
-use super::extract::{ApiPath, ApiQuery, Auth, RawBody};
+use super::extract::{ApiPath, ApiQuery, Auth, PassedOn, RawBody};
 use super::idempotency::IdempotencyHeader;
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use super::task::run_to_completion;
-use crate::engine::{ReleaseBook, ReleaseOutcome};
+use crate::engine::sharding::ChangeAnswer;
+use crate::engine::{EngineError, ReleaseBook, ReleaseOutcome};
 use crate::release::{
     BudgetRequest, BudgetRequestExt, BudgetStatus, LabelAssignment, Release, ReleasePolicy,
     ReleaseRequest,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 /// The answers of the release endpoints, defined once with the Rust client in
@@ -54,18 +55,22 @@ pub struct PolicyUpdate {
 async fn create_release(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
     body: RawBody,
-) -> ApiResult<impl IntoResponse> {
+) -> ApiResult<Response> {
     claims.authorize(Access::Curate(&id))?;
     let key = idempotency.key(body.bytes())?;
     let mut request: ReleaseRequest = body.json()?;
+    if let Some(shards) = state.engine.sharded(&id, caller).await? {
+        return changed(async move { shards.release(request, key).await }).await;
+    }
     request.validate()?;
     let st = state.clone();
     let outcome =
         run_to_completion(async move { st.engine.release(&id, request, key).await }).await?;
-    Ok((StatusCode::CREATED, Json(outcome)))
+    Ok((StatusCode::CREATED, Json(outcome)).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/datasets/{dataset}/releases", tag = "releases",
@@ -142,18 +147,22 @@ async fn get_budget(
 async fn set_budget(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
     body: RawBody,
-) -> ApiResult<Json<BudgetStatus>> {
+) -> ApiResult<Response> {
     claims.authorize(Access::Curate(&id))?;
     let key = idempotency.key(body.bytes())?;
     let request: BudgetRequest = body.json()?;
     let rho = request.to_rho()?;
+    if let Some(shards) = state.engine.sharded(&id, caller).await? {
+        return changed(async move { shards.set_budget(rho, key).await }).await;
+    }
     let st = state.clone();
-    Ok(Json(
-        run_to_completion(async move { st.engine.set_release_budget(&id, rho, key).await }).await?,
-    ))
+    let budget =
+        run_to_completion(async move { st.engine.set_release_budget(&id, rho, key).await }).await?;
+    Ok(Json(budget).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/datasets/{dataset}/release-policy", tag = "releases", params(("dataset" = String, Path)),
@@ -180,13 +189,17 @@ async fn get_policy(
 async fn set_policy(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
     body: RawBody,
-) -> ApiResult<Json<PolicyView>> {
+) -> ApiResult<Response> {
     claims.authorize(Access::Curate(&id))?;
     let key = idempotency.key(body.bytes())?;
     let update: PolicyUpdate = body.json()?;
+    if let Some(shards) = state.engine.sharded(&id, caller).await? {
+        return changed(async move { shards.set_policy(update.policy, key).await }).await;
+    }
     let st = state.clone();
     let policy =
         run_to_completion(
@@ -196,7 +209,8 @@ async fn set_policy(
     Ok(Json(PolicyView {
         policy,
         policy_error: None,
-    }))
+    })
+    .into_response())
 }
 
 #[utoipa::path(put, path = "/v1/datasets/{dataset}/labels", tag = "releases", params(("dataset" = String, Path)),
@@ -207,17 +221,38 @@ async fn set_policy(
 async fn set_labels(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     ApiPath(id): ApiPath<String>,
     idempotency: IdempotencyHeader,
     body: RawBody,
-) -> ApiResult<Json<LabelsView>> {
+) -> ApiResult<Response> {
     claims.authorize(Access::Curate(&id))?;
     let key = idempotency.key(body.bytes())?;
     let assignment: LabelAssignment = body.json()?;
+    if let Some(shards) = state.engine.sharded(&id, caller).await? {
+        return changed(async move { shards.set_labels(assignment, key).await }).await;
+    }
     let st = state.clone();
     let groups =
         run_to_completion(async move { st.engine.set_labels(&id, assignment, key).await }).await?;
-    Ok(Json(LabelsView { groups }))
+    Ok(Json(LabelsView { groups }).into_response())
+}
+
+/// A change of a sharded dataset, coordinated across its shards by the
+/// engine and run to its end even if the caller goes (owners hold their
+/// shards' writes until it is decided): `201` for what it created (a
+/// release), else `200`, with the answer it stored under its key.
+async fn changed<F>(change: F) -> ApiResult<Response>
+where
+    F: std::future::Future<Output = Result<ChangeAnswer, EngineError>> + Send + 'static,
+{
+    let answer = run_to_completion(change).await?;
+    let status = if answer.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(answer.body)).into_response())
 }
 
 /// The release endpoints, merged into the main router.

@@ -12,12 +12,11 @@ use super::dataset_routes::CreateDataset;
 use super::extract::{Auth, RawBody};
 use super::idempotency::IdempotencyHeader;
 use super::problem::{ApiResult, Problem};
-use super::shard_routes::{json_response, view, Shards};
 use super::state::AppState;
 use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::check_policy;
 use crate::engine::sharding::owners::label_names;
-use crate::engine::sharding::{shard_id, shards_for, ShardLayout};
+use crate::engine::sharding::{shard_id, shards_for, Credential, ShardLayout};
 use crate::ledger::DatasetConfigExt;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts, Method, StatusCode};
@@ -179,15 +178,7 @@ async fn create_inner(
             }
         }
     }
-    let shards = Shards {
-        state,
-        node,
-        layout,
-        authorization,
-        idempotency_key: None,
-    };
-    Ok(match view(&shards).await {
-        Ok(view) => json_response(StatusCode::CREATED, &view),
-        Err(response) => response,
-    })
+    let credential = authorization.map(|a| Credential(a.as_bytes().to_vec()));
+    let view = state.engine.coordinate(layout, credential)?.view().await?;
+    Ok((StatusCode::CREATED, axum::Json(view)).into_response())
 }

@@ -251,7 +251,7 @@ impl Engine {
             kind: RecordKind::StepPart,
             step: Some(report.step),
             part: Some(part.index),
-            payload: payload_from_report(&report).encode(),
+            payload: StepPayload::from(&report).encode(),
         };
         match self.persist(&ds, vec![record], None).await {
             Ok(()) => {}
@@ -412,30 +412,4 @@ fn refresh_answer(ledger: &Ledger, ids: &[u64], stored: &[u8]) -> EngineResult<R
         retired,
         refresh_due: ledger.refresh_due(),
     })
-}
-
-/// The durable encoding of a step report.
-pub fn payload_from_report(report: &StepReport) -> StepPayload {
-    StepPayload {
-        step: report.step,
-        part: report.part.map(|p| (p.index, p.count)),
-        noise_multiplier: report.noise_multiplier,
-        sampling_rate: report.sampling_rate,
-        ids: report.ids.clone(),
-        norms: report.norms.clone(),
-    }
-}
-
-/// The step report a durable (or binary HTTP) payload encodes.
-pub fn report_from_payload(payload: StepPayload) -> StepReport {
-    StepReport {
-        step: payload.step,
-        ids: payload.ids,
-        norms: payload.norms,
-        noise_multiplier: payload.noise_multiplier,
-        sampling_rate: payload.sampling_rate,
-        part: payload
-            .part
-            .map(|(index, count)| crate::ledger::Part { index, count }),
-    }
 }

@@ -124,6 +124,16 @@ pub enum EngineError {
     /// was answered so that the caller is told exactly what the owner said.
     #[error("{0}")]
     Peer(PeerRefusal),
+    /// A step of a sharded dataset that some shards applied while another
+    /// refused its part: neither whole nor absent, which a plain refusal
+    /// would misstate. The detail names both.
+    #[error("{0}")]
+    PartiallyApplied(String),
+    /// A request that a sharded dataset cannot answer exactly across its
+    /// shards (or a change sent to one shard that only its dataset may make):
+    /// refused rather than answered wrongly.
+    #[error("{0}")]
+    ShardedUnsupported(String),
 }
 
 impl EngineError {

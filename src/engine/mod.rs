@@ -59,6 +59,7 @@ pub use estimate::estimate_cache;
 mod idempotency;
 mod paging;
 mod policy;
+mod queries;
 mod recovery;
 mod release_view;
 mod releases;
@@ -71,12 +72,13 @@ mod storage;
 
 pub use archive::ArchivedAnswer;
 pub use book::{PolicyRefusal, ReleaseBook};
-pub use commands::{payload_from_report, report_from_payload, DatasetSetup};
+pub use commands::DatasetSetup;
 pub use compact::{compact_store, CompactOutcome};
 pub use data_dependent::{check_run_ids, DataDependentRequest, MAX_RUNS};
 pub use dataset::{valid_dataset_id, Archive, Dataset, PldCache};
 pub use error::{BudgetRefusal, EngineError, EngineResult};
 pub use paging::PagingPolicy;
+pub use queries::{ExampleQuery, IdRange, PrivacyQuery};
 pub use releases::ReleaseOutcome;
 pub use snapshots::SnapshotPolicy;
 pub use storage::{
@@ -123,6 +125,12 @@ impl Engine {
                 return Err(cluster::not_owner(id));
             }
             if !self.datasets.contains_key(id) {
+                if self.known_layout(id).is_some() {
+                    return Err(EngineError::ShardedUnsupported(format!(
+                        "dataset {id:?} is sharded, and this request is not supported on a \
+                         sharded dataset (see docs/sharding.md)"
+                    )));
+                }
                 return Err(cluster::not_owner(id));
             }
         }

@@ -6,12 +6,12 @@
 //! sees exactly what a restart would, and what a replay of the whole log would.
 
 use super::book::{apply_release, apply_setting, export_gauges};
-use super::commands::{report_from_payload, CreatedPayload};
+use super::commands::CreatedPayload;
 use super::dataset::Dataset;
 use super::error::{EngineError, EngineResult};
 use super::snapshots::load_newest;
 use super::Engine;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, StepReport};
 use crate::release::LabelAssignment;
 use crate::store::codec::StepPayload;
 use crate::store::{RecordKind, SnapshotInfo, Store, StoreError, StoredRecord};
@@ -216,7 +216,7 @@ fn apply_record(
             let ds = existing()?;
             let payload =
                 StepPayload::decode(&rec.payload).map_err(|e| format!("step payload: {e}"))?;
-            let report = report_from_payload(payload);
+            let report = StepReport::from(payload);
             let mut ledger = ds
                 .ledger
                 .try_write()

@@ -19,6 +19,26 @@ pub struct IdempotencyKey {
     pub answer: Vec<u8>,
 }
 
+impl IdempotencyKey {
+    /// Key `key` (valid: [`valid_key`]) bound to the request it came with:
+    /// a digest of its method, path and body, so that the same key with
+    /// another request is told apart. Computed in one place, so that a
+    /// shard's part sent in-process is bound exactly as one sent over HTTP.
+    pub fn for_request(key: &str, method: &str, path: &str, body: &[u8]) -> IdempotencyKey {
+        use sha2::{Digest, Sha256};
+        let mut digest = Sha256::new();
+        for part in [method.as_bytes(), path.as_bytes(), body] {
+            digest.update((part.len() as u64).to_le_bytes());
+            digest.update(part);
+        }
+        IdempotencyKey {
+            key: key.to_string(),
+            request: digest.finalize().to_vec(),
+            answer: Vec::new(),
+        }
+    }
+}
+
 /// Whether `key` is acceptable: 1 to [`MAX_KEY_BYTES`] visible ASCII characters
 /// (no spaces or control characters).
 pub fn valid_key(key: &str) -> bool {

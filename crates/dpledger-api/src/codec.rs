@@ -357,6 +357,36 @@ impl StepPayload {
     }
 }
 
+impl From<&StepReport> for StepPayload {
+    /// The payload of a report: the same fields, the batch copied.
+    fn from(report: &StepReport) -> StepPayload {
+        StepPayload {
+            step: report.step,
+            part: report.part.map(|p| (p.index, p.count)),
+            noise_multiplier: report.noise_multiplier,
+            sampling_rate: report.sampling_rate,
+            ids: report.ids.clone(),
+            norms: report.norms.clone(),
+        }
+    }
+}
+
+impl From<StepPayload> for StepReport {
+    /// The report a payload (durable, or a binary HTTP body) encodes.
+    fn from(payload: StepPayload) -> StepReport {
+        StepReport {
+            step: payload.step,
+            ids: payload.ids,
+            norms: payload.norms,
+            noise_multiplier: payload.noise_multiplier,
+            sampling_rate: payload.sampling_rate,
+            part: payload
+                .part
+                .map(|(index, count)| crate::step::Part { index, count }),
+        }
+    }
+}
+
 /// Encodes a [`StepReport`] as the binary step body, byte for byte what
 /// [`StepPayload::encode`] writes for the same fields (so a report sent in this
 /// encoding and the same report in JSON are one report to the ledger, and a

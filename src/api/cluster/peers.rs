@@ -1,19 +1,29 @@
-//! The engine's [`Peers`] over HTTP: the change protocol's calls to the owner
-//! of a shard on another node (`POST
-//! /v1/datasets/{shard}/shard-changes/{id}/{prepare|decide}`), node-marked
-//! with the cluster's key and carrying the caller's credential when the
-//! change has a caller (`docs/cluster.md`, "Node-to-node authentication").
+//! The engine's [`Peers`] over HTTP: the calls to the owner of a shard on
+//! another node. The change protocol's (`POST
+//! /v1/datasets/{shard}/shard-changes/{id}/{prepare|decide}`) are node-marked
+//! with the cluster's key and carry the caller's credential when the change
+//! has a caller (`docs/cluster.md`, "Node-to-node authentication"); a
+//! sharded dataset's steps, refreshes and reads are the shard's own endpoints
+//! with the caller's credential (the owner authorises it for its shard), a
+//! step's part in the binary encoding.
 //! The engine calls the shards this node owns itself; it sends only the rest
 //! here. An owner's refusal comes back to the engine as it was answered
 //! ([`EngineError::Peer`]), so that the caller hears what the owner said.
 
-use super::node_client::{call_marked, NodeAnswer, SHARD_CHANGES};
+use super::node_client::{call_keyed, call_marked, NodeAnswer, SHARD_CHANGES};
+use crate::api::extract::BINARY_STEP;
 use crate::api::problem::{OwnerRef, Problem, NOT_OWNER, PROBLEM_JSON};
 use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::owners::{Decision, Prepared, ShardChange};
-use crate::engine::sharding::{PeerCall, PeerFuture, PeerRefusal, Peers};
-use crate::engine::{EngineError, EngineResult};
+use crate::engine::sharding::{
+    Credential, Owner, PeerCall, PeerFuture, PeerRefusal, Peers, RefreshPart, ShardCall,
+};
+use crate::engine::{EngineError, EngineResult, ExampleQuery, IdRange, PrivacyQuery};
+use crate::ledger::{RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds};
 use axum::http::{header, HeaderValue, Method, StatusCode};
+use dpledger_api::codec::encode_step;
+use dpledger_api::views::{DatasetView, PrivacyView, Thresholds};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::{Arc, Weak};
 
@@ -64,42 +74,32 @@ fn answered(answer: NodeAnswer) -> EngineError {
     })
 }
 
-/// Sends call `action` of the protocol (with `query` and `body`) for `call`.
-async fn send(
-    node: Weak<ClusterNode>,
-    call: &PeerCall,
-    action: &str,
-    query: String,
-    body: Option<Vec<u8>>,
-) -> EngineResult<NodeAnswer> {
-    let node = node
-        .upgrade()
-        .ok_or_else(|| EngineError::Unavailable("this node is stopping".into()))?;
-    let shard = &call.shard;
-    let path = format!(
-        "/v1/datasets/{shard}/{SHARD_CHANGES}/{}/{action}{query}",
-        call.change_id
-    );
-    let authorization = match &call.credential {
-        Some(c) => Some(
+/// The caller's credential as the `Authorization` header to pass on.
+fn authorization(credential: Option<&Credential>) -> EngineResult<Option<HeaderValue>> {
+    credential
+        .map(|c| {
             HeaderValue::from_bytes(&c.0).map_err(|_| EngineError::BadRequest {
                 detail: "the Authorization header cannot be passed on".into(),
                 field: None,
-            })?,
-        ),
-        None => None,
-    };
-    let body = body.map(|b| ("application/json", b));
-    let owner = &call.owner;
-    let sent = call_marked(
-        &owner.advertise,
-        &node,
-        Method::POST,
-        &path,
-        authorization.as_ref(),
-        body,
-    )
-    .await;
+            })
+        })
+        .transpose()
+}
+
+/// The node, unless it is stopping.
+fn upgrade(node: &Weak<ClusterNode>) -> EngineResult<Arc<ClusterNode>> {
+    node.upgrade()
+        .ok_or_else(|| EngineError::Unavailable("this node is stopping".into()))
+}
+
+/// What was sent to `owner` for `shard` became: its 2xx answer, its other
+/// answers kept whole, or the refusal to give when it could not be sent or
+/// was not answered in time.
+fn outcome(
+    sent: Result<NodeAnswer, reqwest::Error>,
+    shard: &str,
+    owner: &Owner,
+) -> EngineResult<NodeAnswer> {
     let answer = sent.map_err(|e| {
         refusal(if e.is_connect() {
             Problem::not_owner(
@@ -128,6 +128,83 @@ async fn send(
     }
 }
 
+/// A shard's JSON answer, or the refusal to give when it is malformed.
+fn parse<T: DeserializeOwned>(answer: &NodeAnswer) -> EngineResult<T> {
+    serde_json::from_slice(&answer.body).map_err(|e| {
+        refusal(Problem::internal(
+            StatusCode::BAD_GATEWAY,
+            format!("a shard's answer was malformed: {e}"),
+        ))
+    })
+}
+
+/// Sends call `action` of the protocol (with `query` and `body`) for `call`,
+/// node-marked.
+async fn send(
+    node: Weak<ClusterNode>,
+    call: &PeerCall,
+    action: &str,
+    query: String,
+    body: Option<Vec<u8>>,
+) -> EngineResult<NodeAnswer> {
+    let node = upgrade(&node)?;
+    let shard = &call.shard;
+    let path = format!(
+        "/v1/datasets/{shard}/{SHARD_CHANGES}/{}/{action}{query}",
+        call.change_id
+    );
+    let authorization = authorization(call.credential.as_ref())?;
+    let body = body.map(|b| ("application/json", b));
+    let sent = call_marked(
+        &call.owner.advertise,
+        &node,
+        Method::POST,
+        &path,
+        authorization.as_ref(),
+        body,
+    )
+    .await;
+    outcome(sent, shard, &call.owner)
+}
+
+/// One request of a sharded dataset's caller to a shard's owner: `method` on
+/// the shard's path `suffix` (after `/v1/datasets/{shard}`), with the caller's
+/// credential and idempotency key when it has them; its JSON answer.
+async fn ask<T: DeserializeOwned>(
+    node: Weak<ClusterNode>,
+    call: ShardCall,
+    method: Method,
+    suffix: String,
+    body: Option<(&'static str, Vec<u8>)>,
+    key: Option<String>,
+) -> EngineResult<T> {
+    let node = upgrade(&node)?;
+    let shard = &call.shard;
+    let path = format!("/v1/datasets/{shard}{suffix}");
+    let authorization = authorization(call.credential.as_ref())?;
+    let key = key.and_then(|k| HeaderValue::from_str(&k).ok());
+    let sent = call_keyed(
+        &call.owner.advertise,
+        &node.config.node_id,
+        method,
+        &path,
+        authorization.as_ref(),
+        key.as_ref(),
+        body,
+    )
+    .await;
+    parse(&outcome(sent, shard, &call.owner)?)
+}
+
+/// A privacy query's parameters, as the shard's handler reads them.
+fn privacy_params(query: PrivacyQuery) -> String {
+    let mut params = vec![format!("conversion={}", query.conversion.as_str())];
+    if let Some(delta) = query.delta {
+        params.push(format!("delta={delta}"));
+    }
+    params.join("&")
+}
+
 /// An owner's answer to a decide.
 #[derive(Deserialize)]
 struct Decided {
@@ -146,12 +223,7 @@ impl Peers for HttpPeers {
             let body = serde_json::to_vec(&change).unwrap_or_default();
             let query = at.map(|s| format!("?at={s}")).unwrap_or_default();
             let answer = send(node, &call, "prepare", query, Some(body)).await?;
-            serde_json::from_slice::<Prepared>(&answer.body).map_err(|e| {
-                refusal(Problem::internal(
-                    StatusCode::BAD_GATEWAY,
-                    format!("a shard's prepare answer was malformed: {e}"),
-                ))
-            })
+            parse::<Prepared>(&answer)
         })
     }
 
@@ -167,6 +239,64 @@ impl Peers for HttpPeers {
                     "a shard's decide answer was malformed",
                 ))),
             }
+        })
+    }
+
+    fn step(&self, call: ShardCall, part: StepReport) -> PeerFuture<StepOutcome> {
+        let body = Some((BINARY_STEP, encode_step(&part)));
+        let path = "/steps".to_string();
+        Box::pin(ask(self.node.clone(), call, Method::POST, path, body, None))
+    }
+
+    fn refresh(&self, call: ShardCall, part: RefreshPart) -> PeerFuture<RefreshOutcome> {
+        let body = Some(("application/json", part.body()));
+        let path = "/refresh".to_string();
+        let node = self.node.clone();
+        Box::pin(ask(node, call, Method::POST, path, body, part.key))
+    }
+
+    fn view(&self, call: ShardCall) -> PeerFuture<DatasetView> {
+        let node = self.node.clone();
+        Box::pin(ask(node, call, Method::GET, String::new(), None, None))
+    }
+
+    fn thresholds(&self, call: ShardCall, range: IdRange) -> PeerFuture<Thresholds> {
+        let mut params = Vec::new();
+        if let Some(start) = range.start {
+            params.push(format!("start={start}"));
+        }
+        if let Some(end) = range.end {
+            params.push(format!("end={end}"));
+        }
+        let path = format!("/thresholds?{}", params.join("&"));
+        Box::pin(ask(self.node.clone(), call, Method::GET, path, None, None))
+    }
+
+    fn example_privacy(
+        &self,
+        call: ShardCall,
+        example: u64,
+        query: ExampleQuery,
+    ) -> PeerFuture<PrivacyView> {
+        let mut params = privacy_params(query.bounds);
+        if query.estimate {
+            params.push_str("&method=pld_estimate");
+        }
+        let path = format!("/examples/{example}/privacy?{params}");
+        Box::pin(ask(self.node.clone(), call, Method::GET, path, None, None))
+    }
+
+    fn worst_case(&self, call: ShardCall, query: PrivacyQuery) -> PeerFuture<WorstCaseBounds> {
+        let path = format!("/worst-case?{}", privacy_params(query));
+        Box::pin(ask(self.node.clone(), call, Method::GET, path, None, None))
+    }
+
+    fn archive(&self, call: ShardCall) -> PeerFuture<()> {
+        let node = self.node.clone();
+        let path = "/archive".to_string();
+        Box::pin(async move {
+            ask::<serde_json::Value>(node, call, Method::POST, path, None, None).await?;
+            Ok(())
         })
     }
 }

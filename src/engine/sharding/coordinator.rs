@@ -108,7 +108,7 @@ impl Engine {
 }
 
 /// Whom to call for a shard.
-enum Target {
+pub(super) enum Target {
     /// This node owns it: called in-process.
     Here,
     /// Another node owns it.
@@ -118,7 +118,7 @@ enum Target {
 impl Coordinator {
     /// The owner to call for shard `s`: this node when it serves the shard,
     /// else the live lease's holder; none while its lease moves.
-    async fn target(&self, shard: &str) -> EngineResult<Target> {
+    pub(super) async fn target(&self, shard: &str) -> EngineResult<Target> {
         if self.engine.serves(shard) {
             return Ok(Target::Here);
         }

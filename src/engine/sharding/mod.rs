@@ -17,6 +17,7 @@
 //! | `policy.rs` | a sharded dataset's policy releases, started by the owner of its first shard |
 //! | `owners.rs` | the owners' side of a change: prepared, held until decided, the decision applied |
 //! | `prepare.rs` | a shard's prepare of a release: statistics from a view at one step, then the write lock |
+//! | `scatter.rs` | a dataset's steps, refreshes and reads whatever its layout: one ledger's answer, or its shards' merged |
 //!
 //! The coordinator prepares a change on every shard, decides what to commit
 //! from the shards' answers, commits one record per shard in one fenced
@@ -39,6 +40,7 @@ mod merge;
 pub mod owners;
 mod policy;
 mod prepare;
+mod scatter;
 mod split;
 
 pub use super::shard_names::{owning_dataset, parse_shard_id, shard_id, SHARD_SEPARATOR};
@@ -53,7 +55,10 @@ pub use split::{merge_status, split_range, split_step, SplitStep};
 
 pub use super::error::PeerRefusal;
 use super::error::{EngineError, EngineResult};
+use super::queries::{ExampleQuery, IdRange, PrivacyQuery};
 use super::Engine;
+use crate::ledger::{RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds};
+use dpledger_api::views::{DatasetView, PrivacyView, Thresholds};
 use owners::{Decision, Prepared, ShardChange};
 use std::collections::HashMap;
 use std::future::Future;
@@ -72,8 +77,15 @@ pub struct Owner {
 /// The caller's credential, as it was presented, passed on to the owners of
 /// the shards, which authorise it again for their shard (opaque to the
 /// engine). A change without one (a policy release) is the node's own.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Credential(pub Vec<u8>);
+
+impl std::fmt::Debug for Credential {
+    /// Never the secret itself: a credential may end up in a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential(<redacted>)")
+    }
+}
 
 /// One call of the change protocol to a shard's owner.
 #[derive(Debug, Clone)]
@@ -85,6 +97,18 @@ pub struct PeerCall {
     /// The change's id.
     pub change_id: String,
     /// The caller's credential, if the change has a caller.
+    pub credential: Option<Credential>,
+}
+
+/// One request of a sharded dataset's caller to the owner of one of its
+/// shards on another node: a step's part, a refresh's part or a read.
+#[derive(Debug, Clone)]
+pub struct ShardCall {
+    /// The owner.
+    pub owner: Owner,
+    /// The shard (`{dataset}~{start}`).
+    pub shard: String,
+    /// The caller's credential, which the owner authorises for its shard.
     pub credential: Option<Credential>,
 }
 
@@ -106,6 +130,50 @@ pub trait Peers: Send + Sync + std::fmt::Debug {
     /// Ask the owner of `call.shard` to decide the change now (it asks
     /// PostgreSQL, not the caller).
     fn decide(&self, call: PeerCall) -> PeerFuture<Decision>;
+    /// Apply a step's part to `call.shard` (exactly once by step and part,
+    /// as any step).
+    fn step(&self, call: ShardCall, part: StepReport) -> PeerFuture<StepOutcome>;
+    /// Apply a refresh's part to `call.shard`, under the caller's
+    /// idempotency key (`key`) when it sent one.
+    fn refresh(&self, call: ShardCall, part: RefreshPart) -> PeerFuture<RefreshOutcome>;
+    /// The view of `call.shard`.
+    fn view(&self, call: ShardCall) -> PeerFuture<DatasetView>;
+    /// The thresholds of `call.shard`'s own ids `range`.
+    fn thresholds(&self, call: ShardCall, range: IdRange) -> PeerFuture<Thresholds>;
+    /// The privacy of `call.shard`'s own example `example`.
+    fn example_privacy(
+        &self,
+        call: ShardCall,
+        example: u64,
+        query: ExampleQuery,
+    ) -> PeerFuture<PrivacyView>;
+    /// The worst case of `call.shard`.
+    fn worst_case(&self, call: ShardCall, query: PrivacyQuery) -> PeerFuture<WorstCaseBounds>;
+    /// Archive `call.shard` alone (completing a dataset some of whose shards
+    /// are archived already; idempotent).
+    fn archive(&self, call: ShardCall) -> PeerFuture<()>;
+}
+
+/// A refresh's part for one shard: its own ids and their norms, and the
+/// caller's idempotency key as sent (each shard binds it to its own part).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefreshPart {
+    /// The shard's own ids.
+    pub ids: Vec<u64>,
+    /// Their norms.
+    pub norms: Vec<f64>,
+    /// The caller's `Idempotency-Key`, if it sent one.
+    pub key: Option<String>,
+}
+
+impl RefreshPart {
+    /// The part's body as sent to its shard (and bound to the key, whether
+    /// the shard is called in-process or over HTTP).
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::json!({"ids": self.ids, "norms": self.norms})
+            .to_string()
+            .into_bytes()
+    }
 }
 
 /// The subsystem's state in the engine: the peers (set once at start) and
