@@ -205,7 +205,10 @@ enum Routed {
     Answer(Response),
     /// A read of a sharded dataset's release book, rewritten to its first
     /// shard (whose book is the dataset's: every change is in every shard's
-    /// log), to be routed as that shard's request.
+    /// log), to be routed as that shard's request: forwarded to its owner,
+    /// or answered by the handler here (routing happened before this
+    /// middleware, so the handler still sees the dataset's id, and the
+    /// engine reads the first shard's book for it).
     FirstShard(Request, String),
 }
 
@@ -340,9 +343,10 @@ async fn route_dataset(
     if let Some(layout) = state.engine.known_layout(&id) {
         return serve_sharded(layout, request, next).await;
     }
+    // The change protocol's calls are answered here (their handler checks
+    // the node mark; the engine refuses a shard it does not own).
     if super::cluster::is_owner_call(&request) {
-        let node = node.clone();
-        return Routed::Answer(super::cluster::owner_call(state.clone(), node, id, request).await);
+        return Routed::Answer(next.run(request).await);
     }
     if let Some(refusal) = refuse_shard_change(&id, &request) {
         return Routed::Answer(refusal);

@@ -8,7 +8,6 @@ use crate::accounting::InvalidArgument;
 use crate::engine::EngineError;
 use crate::ledger::{ErrorKind, LedgerError};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 
 impl From<InvalidArgument> for Problem {
     fn from(e: InvalidArgument) -> Self {
@@ -87,12 +86,4 @@ impl From<EngineError> for Problem {
             EngineError::Peer(p) => Problem::passed_on(p),
         }
     }
-}
-
-/// The answer to give for an engine error: its problem document, or, for
-/// another node's refusal passed on ([`EngineError::Peer`]), that node's
-/// answer as it came (status, media type, `Retry-After`, body), so that a
-/// caller of a sharded dataset hears exactly what the shard's owner said.
-pub(super) fn engine_response(e: EngineError) -> Response {
-    Problem::from(e).into_response()
 }

@@ -255,6 +255,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .merge(super::analysis_routes::routes())
         .merge(super::admin_routes::routes())
         .merge(super::cluster_routes::routes())
+        .merge(super::cluster::routes())
         .merge(crate::dashboard::router())
         .fallback(|| async { Problem::not_found("no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(

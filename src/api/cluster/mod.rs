@@ -9,5 +9,5 @@ pub mod node_client;
 mod owner;
 mod peers;
 
-pub(super) use owner::{is_owner_call, owner_call};
+pub(super) use owner::{is_owner_call, routes};
 pub use peers::HttpPeers;

@@ -4,20 +4,21 @@
 //! {prepare|decide}`). The call must carry a valid, fresh node mark, and its
 //! `Authorization`, when it has one (the coordinator's caller's), must cover
 //! the shard as a curator; without one the mark alone is a node's own call.
-//! The engine does the rest (`Engine::prepare_for_coordinator`,
-//! `Engine::decide_shard_change`).
+//! The calls are routes of the router like any other, whose [`NodeCall`]
+//! extractor checks the mark; the engine does the rest
+//! (`Engine::prepare_for_coordinator`, `Engine::decide_shard_change`).
 
-use super::node_client::{is_marked_path, NODE_MARK};
+use super::node_client::{is_marked_path, NODE_MARK, SHARD_CHANGES};
 use crate::api::auth::Access;
-use crate::api::errors::engine_response;
-use crate::api::extract::{Auth, RawBody};
-use crate::api::problem::Problem;
+use crate::api::extract::{ApiPath, Auth, RawBody};
+use crate::api::problem::{ApiResult, Problem};
 use crate::api::state::AppState;
-use crate::engine::cluster::{ClusterNode, MarkRefusal};
-use crate::engine::sharding::owners::{validate_change, Decision, ShardChange};
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use crate::engine::cluster::MarkRefusal;
+use crate::engine::sharding::owners::{validate_change, Decision, Prepared, ShardChange};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{header, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -25,22 +26,14 @@ use std::sync::Arc;
 /// request, a policy or a budget: a few kB).
 const PROTOCOL_BODY_LIMIT: usize = 1 << 20;
 
-fn problem(p: Problem) -> Response {
-    p.into_response()
-}
-
-fn json_response(value: &impl serde::Serialize) -> Response {
-    (StatusCode::OK, axum::Json(value)).into_response()
-}
-
 /// Whether `request` is a node-to-node call of this protocol to a shard.
 pub(crate) fn is_owner_call(request: &Request) -> bool {
     request.method() == Method::POST && is_marked_path(request.uri().path())
 }
 
 /// The refusal of a protocol call without a valid node mark.
-fn mark_refused(method: &Method, path: &str, why: &str) -> Response {
-    problem(Problem::new(
+fn mark_refused(method: &Method, path: &str, why: &str) -> Problem {
+    Problem::new(
         StatusCode::FORBIDDEN,
         "node-mark",
         format!(
@@ -49,103 +42,130 @@ fn mark_refused(method: &Method, path: &str, why: &str) -> Response {
              refused: {why}. Send releases and release-budget changes to the sharded dataset \
              (docs/cluster.md, \"Node-to-node authentication\")"
         ),
-    ))
+    )
 }
 
-/// Prepare or decide change `id` on shard `shard` (module note).
-pub(crate) async fn owner_call(
-    state: Arc<AppState>,
-    node: Arc<ClusterNode>,
-    shard: String,
-    request: Request,
-) -> Response {
-    let (mut parts, body) = request.into_parts();
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
-    let Some(mark) = parts
-        .headers
-        .get(NODE_MARK)
-        .map(|v| v.to_str().unwrap_or("").to_string())
-    else {
-        return mark_refused(&parts.method, parts.uri.path(), "it carries no node mark");
-    };
-    // A caller's token is checked before the body is read, and the body is
-    // bounded by what a change can be (a release request, a policy: a few kB).
-    if parts.headers.contains_key(header::AUTHORIZATION) {
-        let claims = match Auth::from_request_parts(&mut parts, &state).await {
-            Ok(Auth(c)) => c,
-            Err(p) => return problem(p),
+/// A call of the change protocol whose node mark (and caller's token, when
+/// it has one) was checked: its body, read whole within
+/// [`PROTOCOL_BODY_LIMIT`]. Refused when this node is not in cluster mode
+/// (no such endpoint) or the mark is missing, stale, reused or forged.
+pub struct NodeCall {
+    body: RawBody,
+}
+
+impl FromRequest<Arc<AppState>> for NodeCall {
+    type Rejection = Problem;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, Problem> {
+        let Some(node) = state.engine.cluster().cloned() else {
+            return Err(Problem::not_found("no such endpoint"));
         };
-        if let Err(p) = claims.authorize(Access::Curate(&shard)) {
-            return problem(p);
+        let (mut parts, body) = request.into_parts();
+        let target = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+        let Some(mark) = parts
+            .headers
+            .get(NODE_MARK)
+            .map(|v| v.to_str().unwrap_or("").to_string())
+        else {
+            return Err(mark_refused(
+                &parts.method,
+                parts.uri.path(),
+                "it carries no node mark",
+            ));
+        };
+        // A caller's token is checked before the body is read, and the body is
+        // bounded by what a change can be (a release request, a policy: a few kB).
+        if parts.headers.contains_key(header::AUTHORIZATION) {
+            let Auth(claims) = Auth::from_request_parts(&mut parts, state).await?;
+            let shard = parts.uri.path().split('/').nth(3).unwrap_or("");
+            claims.authorize(Access::Curate(shard))?;
         }
+        let limit = state.limits.max_body_bytes.min(PROTOCOL_BODY_LIMIT);
+        let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+            return Err(Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "the request body is too large (or could not be read)",
+            ));
+        };
+        match node
+            .marks()
+            .check(&mark, parts.method.as_str(), &target, &bytes)
+        {
+            Ok(_) => {}
+            Err(MarkRefusal::Busy) => {
+                return Err(Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "node-mark",
+                    MarkRefusal::Busy.to_string(),
+                ))
+            }
+            Err(why) => {
+                return Err(mark_refused(
+                    &parts.method,
+                    parts.uri.path(),
+                    &why.to_string(),
+                ))
+            }
+        }
+        let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+        let body = RawBody::from_request(request, state).await?;
+        Ok(NodeCall { body })
     }
-    let limit = state.limits.max_body_bytes.min(PROTOCOL_BODY_LIMIT);
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return problem(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload-too-large",
-            "the request body is too large (or could not be read)",
-        ));
+}
+
+/// Prepare change `id` on shard `shard`: the change checked again, prepared,
+/// its writes held until decided.
+async fn prepare(
+    State(state): State<Arc<AppState>>,
+    ApiPath((shard, id)): ApiPath<(String, String)>,
+    query: axum::extract::RawQuery,
+    call: NodeCall,
+) -> ApiResult<Json<Prepared>> {
+    let mut change: ShardChange = call.body.json()?;
+    validate_change(&mut change)?;
+    let at = step_asked(query.0.as_deref())?;
+    let engine = state.engine.clone();
+    let prepared = crate::api::task::run_to_completion(async move {
+        engine
+            .prepare_for_coordinator(&shard, &id, change, at)
+            .await
+    })
+    .await?;
+    Ok(Json(prepared))
+}
+
+/// Decide change `id` on shard `shard` now (from PostgreSQL, not from the
+/// caller).
+async fn decide(
+    State(state): State<Arc<AppState>>,
+    ApiPath((shard, id)): ApiPath<(String, String)>,
+    _call: NodeCall,
+) -> ApiResult<Json<serde_json::Value>> {
+    let decision = state.engine.decide_shard_change(&shard, &id).await?;
+    let word = if decision == Decision::Committed {
+        "committed"
+    } else {
+        "aborted"
     };
-    match node
-        .marks()
-        .check(&mark, parts.method.as_str(), &target, &bytes)
-    {
-        Ok(_) => {}
-        Err(MarkRefusal::Busy) => {
-            return problem(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "node-mark",
-                MarkRefusal::Busy.to_string(),
-            ))
-        }
-        Err(why) => return mark_refused(&parts.method, parts.uri.path(), &why.to_string()),
-    }
-    let body = axum::body::Body::from(bytes);
-    let path = parts.uri.path().to_string();
-    let path_query = parts.uri.query().map(str::to_string);
-    let segments: Vec<&str> = path.split('/').collect();
-    let (id, action) = (segments[5].to_string(), segments[6]);
-    match action {
-        "prepare" => {
-            let raw = match RawBody::from_request(Request::from_parts(parts, body), &state).await {
-                Ok(r) => r,
-                Err(p) => return problem(p),
-            };
-            let mut change: ShardChange = match raw.json() {
-                Ok(c) => c,
-                Err(p) => return problem(p),
-            };
-            if let Err(e) = validate_change(&mut change) {
-                return engine_response(e);
-            }
-            let at = match step_asked(path_query.as_deref()) {
-                Ok(at) => at,
-                Err(p) => return problem(p),
-            };
-            let engine = state.engine.clone();
-            let prepared = crate::api::task::run_to_completion(async move {
-                engine
-                    .prepare_for_coordinator(&shard, &id, change, at)
-                    .await
-            })
-            .await;
-            match prepared {
-                Ok(p) => json_response(&p),
-                Err(p) => problem(p),
-            }
-        }
-        "decide" => match state.engine.decide_shard_change(&shard, &id).await {
-            Ok(d) => json_response(
-                &json!({"decision": if d == Decision::Committed { "committed" } else { "aborted" }}),
-            ),
-            Err(e) => engine_response(e),
-        },
-        _ => problem(Problem::not_found("no such endpoint")),
-    }
+    Ok(Json(json!({ "decision": word })))
+}
+
+/// The owners' side of the change protocol (node-to-node, not in the
+/// OpenAPI document).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            &format!("/v1/datasets/{{shard}}/{SHARD_CHANGES}/{{id}}/prepare"),
+            post(prepare),
+        )
+        .route(
+            &format!("/v1/datasets/{{shard}}/{SHARD_CHANGES}/{{id}}/decide"),
+            post(decide),
+        )
 }
 
 /// The step a prepare's release must describe: `?at=s`, or none.

@@ -304,7 +304,6 @@ impl Peers for HttpPeers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::errors::engine_response;
     use axum::response::{IntoResponse, Response};
 
     async fn parts(r: Response) -> (StatusCode, Option<String>, Option<String>, Vec<u8>) {
@@ -344,7 +343,7 @@ mod tests {
             Problem::internal(StatusCode::BAD_GATEWAY, "malformed"),
         ] {
             let direct = parts(problem.clone().into_response()).await;
-            let passed = parts(engine_response(refusal(problem))).await;
+            let passed = parts(Problem::from(refusal(problem)).into_response()).await;
             assert_eq!(direct, passed);
         }
     }
@@ -360,7 +359,7 @@ mod tests {
             body: axum::body::Bytes::from_static(b"too large"),
         };
         let direct = parts(answer.clone().into_response()).await;
-        let passed = parts(engine_response(answered(answer))).await;
+        let passed = parts(Problem::from(answered(answer)).into_response()).await;
         assert_eq!(direct, passed);
     }
 }

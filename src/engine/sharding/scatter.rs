@@ -3,7 +3,7 @@
 //! its shards' answers merged (`docs/sharding.md`, "Shards"). A request is
 //! split by id range into its shards' parts (`split.rs`), each part runs on
 //! its shard's owner in parallel (this engine for the shards it owns, a
-//! [`Peers`](super::Peers) call for the rest, carrying the caller's
+//! [`Peers`] call for the rest, carrying the caller's
 //! credential, which the owner authorises again), and the answers are merged
 //! as one ledger would have answered.
 //!
