@@ -102,3 +102,72 @@ fn loadgen_drives_a_sharded_dataset_through_every_node_with_owner_tokens() {
         assert_eq!(shard["steps"], steps + 2, "{:?}", view.body);
     }
 }
+
+/// A node calls the shards it owns in-process: with every shard of a
+/// dataset on one node, its steps, refreshes, reads and release-book reads
+/// move no body between nodes (the counters stay where they were) and
+/// forward nothing, and they answer as the dataset's.
+#[test]
+fn a_node_calls_its_own_shards_in_process() {
+    let Some(cluster) = Cluster::start(1, 4000) else {
+        return;
+    };
+    cluster.wait_active(1);
+    let admin = cluster.admin_token();
+    let url = &cluster.nodes[0].url;
+    let n = 40u64;
+    let created = post(
+        &format!("{url}/v1/datasets"),
+        Some(&admin),
+        &json!({"id": "own", "config": poisson_config(n, 0.25, 1.0), "shards": 4}),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let before = (node_bytes(url, &admin), forwarded(url, &admin));
+    let dataset = format!("{url}/v1/datasets/own");
+    for step in 0..3u64 {
+        let ids: Vec<u64> = (0..n).filter(|i| (i + step) % 3 == 0).collect();
+        let norms: Vec<f64> = ids.iter().map(|i| 0.1 * (*i as f64 % 7.0)).collect();
+        let r = post(
+            &format!("{dataset}/steps"),
+            Some(&admin),
+            &json!({"step": step, "ids": ids, "norms": norms}),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(r.body["complete"], true, "{:?}", r.body);
+        assert_eq!(
+            r.body["thresholds"].as_array().map(Vec::len),
+            Some(ids.len()),
+            "{:?}",
+            r.body
+        );
+    }
+    let view = get(&dataset, Some(&admin));
+    assert_eq!(view.status, 200, "{:?}", view.body);
+    assert_eq!(view.body["status"]["steps"], 3, "{:?}", view.body);
+    let privacy = get(&format!("{dataset}/examples/37/privacy"), Some(&admin));
+    assert_eq!(privacy.status, 200, "{:?}", privacy.body);
+    assert_eq!(privacy.body["example"]["id"], 37, "{:?}", privacy.body);
+    let thresholds = get(
+        &format!("{dataset}/thresholds?start=5&end=35"),
+        Some(&admin),
+    );
+    assert_eq!(thresholds.status, 200, "{:?}", thresholds.body);
+    assert_eq!(
+        thresholds.body["thresholds"].as_array().map(Vec::len),
+        Some(30)
+    );
+    assert_eq!(
+        get(&format!("{dataset}/worst-case"), Some(&admin)).status,
+        200
+    );
+    // The release book is its first shard's, read here.
+    let budget = get(&format!("{dataset}/release-budget"), Some(&admin));
+    assert_eq!(budget.status, 200, "{:?}", budget.body);
+    let latest = get(&format!("{dataset}/releases/latest"), Some(&admin));
+    assert_eq!(latest.status, 404, "{:?}", latest.body);
+    assert_eq!(
+        (node_bytes(url, &admin), forwarded(url, &admin)),
+        before,
+        "a node's own shards were called over HTTP"
+    );
+}

@@ -1,75 +1,88 @@
 //! RFC 9457 `application/problem+json` errors: every refusal says what was wrong.
 //!
+//! The document itself is `dpledger_api::problem::Problem`, defined once with
+//! the Rust client, which reads it back. [`Problem`] here is the server's
+//! answer built from it: constructors per kind, the axum response (with
+//! `Retry-After` for a not-owner refusal), and another node's refusal passed
+//! on verbatim. It is boxed, so that every `Result` carrying it stays small.
+//!
 //! A leaf of `api`: it imports nothing else of the HTTP layer, so every module may
 //! use it. How domain errors become problems is in `errors.rs`.
 
 use crate::engine::sharding::PeerRefusal;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use dpledger_api::problem::{BudgetRefusal, Problem as Document, NOT_OWNER};
+pub use dpledger_api::problem::{OwnerRef, PROBLEM_JSON};
+use std::borrow::Cow;
 
-/// The media type of error bodies.
-pub const PROBLEM_JSON: &str = "application/problem+json";
-
-/// An error answered to the client. `detail` must never contain a secret or a
-/// per-example privacy value.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+/// An error answered to the client: its problem document (read through
+/// `Deref`), or another node's answer to pass on as it came.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
-    /// A URN naming the kind of problem (stable, machine-readable).
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Short human-readable summary of the kind.
-    pub title: &'static str,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What exactly was wrong with this request.
-    pub detail: String,
-    /// The request field at fault, when one is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// For a release refused by its budget: what was spent and what was asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::engine::BudgetRefusal>)]
-    pub budget: Option<Box<crate::engine::BudgetRefusal>>,
-    /// For `urn:dpledger:problem:not-owner` (cluster mode): the node that owns
-    /// the dataset, when it is known. Answered with `Retry-After`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<OwnerRef>)]
-    pub owner: Option<Box<OwnerRef>>,
+    document: Box<Document>,
     /// Another node's refusal passed on (a shard's owner answered this
     /// node's call on the caller's behalf): answered exactly as that node
     /// answered it (status, media type, `Retry-After`, body), so that the
-    /// caller hears what the owner said. Never part of the document itself.
-    #[serde(skip)]
-    pub passed_on: Option<Box<PeerRefusal>>,
+    /// caller hears what the owner said.
+    passed_on: Option<Box<PeerRefusal>>,
 }
 
-/// A cluster node as named in a not-owner problem.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct OwnerRef {
-    /// The node's id.
-    pub node_id: String,
-    /// Its advertised base URL (send the dataset's requests there).
-    pub advertise: String,
+impl std::ops::Deref for Problem {
+    type Target = Document;
+    fn deref(&self) -> &Document {
+        &self.document
+    }
 }
 
-/// Slug of the retryable refusal of a node that cannot serve or forward a
-/// dataset's request (cluster mode).
-pub const NOT_OWNER: &str = "not-owner";
+impl std::ops::DerefMut for Problem {
+    fn deref_mut(&mut self) -> &mut Document {
+        &mut self.document
+    }
+}
+
+/// The OpenAPI schema of [`Problem`] is the document's, under its name.
+impl utoipa::PartialSchema for Problem {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <Document as utoipa::PartialSchema>::schema()
+    }
+}
+
+impl utoipa::ToSchema for Problem {
+    fn name() -> Cow<'static, str> {
+        <Document as utoipa::ToSchema>::name()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <Document as utoipa::ToSchema>::schemas(schemas)
+    }
+}
 
 impl Problem {
     /// A problem with the given status, slug (for the type URN) and detail.
     pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
         Self {
-            kind: format!("urn:dpledger:problem:{slug}"),
-            title: status.canonical_reason().unwrap_or("Error"),
-            status: status.as_u16(),
-            detail: detail.into(),
-            field: None,
-            budget: None,
-            owner: None,
+            document: Box::new(Document {
+                kind: format!("urn:dpledger:problem:{slug}"),
+                title: status.canonical_reason().unwrap_or("Error").to_string(),
+                status: status.as_u16(),
+                detail: detail.into(),
+                field: None,
+                budget: None,
+                owner: None,
+            }),
             passed_on: None,
         }
+    }
+
+    /// The document as it is answered.
+    pub fn document(&self) -> &Document {
+        &self.document
     }
 
     /// Another node's refusal, answered as that node answered it; its
@@ -87,9 +100,15 @@ impl Problem {
     /// The retryable refusal of a node that cannot serve or forward a
     /// dataset's request (cluster mode), naming the owner when known.
     pub fn not_owner(detail: impl Into<String>, owner: Option<OwnerRef>) -> Self {
-        let mut p = Self::new(StatusCode::SERVICE_UNAVAILABLE, NOT_OWNER, detail);
+        let mut p = Self::new(StatusCode::SERVICE_UNAVAILABLE, "not-owner", detail);
         p.owner = owner.map(Box::new);
         p
+    }
+
+    /// Whether this is the retryable not-owner refusal (answered with
+    /// `Retry-After`).
+    pub fn is_not_owner(&self) -> bool {
+        self.kind == NOT_OWNER
     }
 
     /// Attach the name of the field at fault.
@@ -99,7 +118,7 @@ impl Problem {
     }
 
     /// Attach the budget state that made a release impossible.
-    pub fn with_budget(mut self, budget: crate::engine::BudgetRefusal) -> Self {
+    pub fn with_budget(mut self, budget: BudgetRefusal) -> Self {
         self.budget = Some(Box::new(budget));
         self
     }
@@ -151,9 +170,10 @@ impl IntoResponse for Problem {
             return passed_on_response(*refusal);
         }
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self).unwrap_or_else(|_| b"{}".to_vec());
+        let not_owner = self.is_not_owner();
+        let body = serde_json::to_vec(&*self.document).unwrap_or_else(|_| b"{}".to_vec());
         let mut response = (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
-        if self.kind.ends_with(NOT_OWNER) {
+        if not_owner {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));

@@ -260,7 +260,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .fallback(|| async { Problem::not_found("no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            super::cluster_routes::route_to_owner,
+            super::routing::route_to_owner,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {

@@ -15,7 +15,7 @@ use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::check_policy;
-use crate::engine::sharding::owners::label_names;
+use crate::engine::sharding::labels::label_names;
 use crate::engine::sharding::{shard_id, shards_for, Credential, ShardLayout};
 use crate::ledger::DatasetConfigExt;
 use axum::extract::{FromRequest, FromRequestParts, Request};

@@ -10,18 +10,10 @@
 use crate::accounting::InvalidArgument;
 use crate::ledger::LedgerError;
 use crate::store::StoreError;
-use serde::Serialize;
 
-/// A refused release: what was spent and what was asked (a problem extension).
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct BudgetRefusal {
-    /// zCDP `rho` already spent.
-    pub rho_spent: f64,
-    /// zCDP `rho` this release would cost.
-    pub rho_requested: f64,
-    /// The budget (`null`: none set).
-    pub rho_budget: Option<f64>,
-}
+/// A refused release: what was spent and what was asked (a problem
+/// extension, defined with the problem document in `dpledger-api`).
+pub use dpledger_api::problem::BudgetRefusal;
 
 /// Everything the engine can refuse. An error means nothing was acknowledged; where
 /// a change may have reached the log anyway, the dataset is marked stale and

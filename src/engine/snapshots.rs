@@ -75,13 +75,13 @@ impl Engine {
         ids
     }
 
-    /// Snapshot dataset `id` now and keep its `keep` newest snapshots. `None`
-    /// when nothing changed since its newest snapshot, or another snapshot of it
-    /// is being written.
-    pub async fn snapshot(&self, id: &str, keep: usize) -> EngineResult<Option<SnapshotInfo>> {
+    /// Snapshot dataset `id` now and keep its `keep` newest snapshots: whether
+    /// one was written (not when nothing changed since its newest snapshot, or
+    /// another snapshot of it is being written).
+    pub async fn snapshot(&self, id: &str, keep: usize) -> EngineResult<bool> {
         let ds = self.dataset(id)?;
         if ds.snapshot_busy.swap(true, Ordering::AcqRel) {
-            return Ok(None);
+            return Ok(false);
         }
         /// Clears the flag however the snapshot ends (the future may be dropped).
         struct Busy<'a>(&'a Dataset);
@@ -91,7 +91,7 @@ impl Engine {
             }
         }
         let _busy = Busy(&ds);
-        self.snapshot_now(&ds, keep).await
+        Ok(self.snapshot_now(&ds, keep).await?.is_some())
     }
 
     async fn snapshot_now(
@@ -184,8 +184,8 @@ impl Engine {
         let mut written = 0;
         for id in self.changed_since_snapshot() {
             match self.snapshot(&id, keep).await {
-                Ok(Some(_)) => written += 1,
-                Ok(None) => {}
+                Ok(true) => written += 1,
+                Ok(false) => {}
                 Err(e) => tracing::warn!(dataset = id, error = %e, "snapshot at shutdown failed"),
             }
         }

@@ -14,94 +14,21 @@
 //! Against a single-node server the map stays empty (`"mode": "single"`) and every
 //! request goes to the base URL, as before.
 
-use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::RwLock;
 use url::Url;
 
-/// The problem type of a node that cannot serve or forward a dataset's request.
-pub const NOT_OWNER: &str = "urn:dpledger:problem:not-owner";
+/// The problem type of a node that cannot serve or forward a dataset's
+/// request, and the owner such a problem names: defined with the server in
+/// the workspace crate `dpledger-api`.
+pub use dpledger_api::problem::{OwnerRef, NOT_OWNER};
 
-/// `GET /v1/cluster`: the nodes and who owns which dataset (the datasets this
-/// token holds a role on; every dataset for an admin).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ClusterView {
-    /// `"cluster"`, or `"single"` for one process without a cluster.
-    pub mode: String,
-    /// The node that answered.
-    pub node_id: String,
-    /// How long a lease lasts without renewal (cluster mode only).
-    #[serde(default)]
-    pub lease_ttl_ms: Option<u64>,
-    /// Every registered node.
-    pub nodes: Vec<ClusterNode>,
-    /// Who owns each dataset, at which epoch.
-    pub datasets: Vec<DatasetOwner>,
-}
-
-/// One node of the cluster.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ClusterNode {
-    /// Its id (`--node-id`).
-    pub node_id: String,
-    /// The URL it is reached at (`--advertise`); absent for a single node.
-    #[serde(default)]
-    pub advertise: Option<String>,
-    /// Whether its heartbeat is recent enough for it to hold leases.
-    pub alive: bool,
-    /// Whether it is handing its datasets over (drain, shutdown).
-    #[serde(default)]
-    pub draining: bool,
-    /// Milliseconds since its last heartbeat.
-    #[serde(default)]
-    pub heartbeat_age_ms: Option<u64>,
-    /// Free memory it reported for new datasets, when it reports one (a new
-    /// dataset is placed on the live node with the most).
-    #[serde(default)]
-    pub memory_free_bytes: Option<u64>,
-    /// Memory its ledgers in memory use, when it reports it.
-    #[serde(default)]
-    pub ledger_memory_bytes: Option<u64>,
-    /// How many datasets it owns.
-    #[serde(default)]
-    pub datasets_owned: Option<u64>,
-}
-
-/// The owner of one dataset.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DatasetOwner {
-    /// The dataset id.
-    pub dataset: String,
-    /// The owning node, if any node holds the lease now.
-    #[serde(default)]
-    pub owner: Option<String>,
-    /// The owner's URL.
-    #[serde(default)]
-    pub advertise: Option<String>,
-    /// The lease's epoch (bumped at every takeover).
-    pub epoch: u64,
-    /// Milliseconds until the lease expires unless renewed.
-    #[serde(default)]
-    pub lease_expires_in_ms: Option<i64>,
-}
-
-/// What a drain request started (`POST /v1/cluster/nodes/{node}/drain`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DrainAnswer {
-    /// The node asked to drain.
-    pub node_id: String,
-    /// Always true: it hands its datasets over one by one, then exits.
-    pub draining: bool,
-}
-
-/// Where a [`NOT_OWNER`] problem says the dataset lives now.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct OwnerHint {
-    /// The owning node.
-    pub node_id: String,
-    /// Its URL.
-    pub advertise: String,
-}
+/// The cluster map (`GET /v1/cluster`: the nodes, and who owns which dataset
+/// among those this token holds a role on) and the answer to a drain,
+/// defined once with the server in the workspace crate `dpledger-api`.
+pub use dpledger_api::cluster::{
+    ClusterDatasetView as DatasetOwner, ClusterNodeView as ClusterNode, ClusterView, DrainAnswer,
+};
 
 /// Dataset id -> owner URL, shared by the clones of a client.
 #[derive(Debug, Default)]
@@ -270,11 +197,16 @@ mod tests {
         assert!(r.needs_load());
         let view: ClusterView = serde_json::from_value(serde_json::json!({
             "mode": "cluster", "node_id": "n1", "lease_ttl_ms": 10000,
-            "nodes": [{"node_id": "n1", "advertise": "http://a:1", "alive": true}],
+            "nodes": [{"node_id": "n1", "advertise": "http://a:1", "alive": true,
+                       "draining": false, "heartbeat_age_ms": 5, "memory_free_bytes": null,
+                       "ledger_memory_bytes": 0, "datasets_owned": 2}],
             "datasets": [
-                {"dataset": "d", "owner": "n1", "advertise": "http://a:1", "epoch": 3},
-                {"dataset": "e", "owner": null, "advertise": null, "epoch": 1},
-                {"dataset": "big~0", "owner": "n1", "advertise": "http://a:1", "epoch": 1}
+                {"dataset": "d", "owner": "n1", "advertise": "http://a:1", "epoch": 3,
+                 "lease_expires_in_ms": 900},
+                {"dataset": "e", "owner": null, "advertise": null, "epoch": 1,
+                 "lease_expires_in_ms": 0},
+                {"dataset": "big~0", "owner": "n1", "advertise": "http://a:1", "epoch": 1,
+                 "lease_expires_in_ms": 900}
             ]
         }))
         .unwrap();

@@ -3,50 +3,12 @@
 //! `detail`, and the `field` at fault when there is one).
 
 use crate::release::BudgetRefusal;
-use serde::Deserialize;
-use std::fmt;
 
-/// An `application/problem+json` document as dpledger answers every refusal.
-///
-/// Not yet shared with the server through `dpledger-api`, unlike the other
-/// bodies: the server's `Problem` is also its axum response (an
-/// `IntoResponse` impl, which the orphan rule forbids on a foreign type) and
-/// embeds the engine's `BudgetRefusal`; sharing it means a server-side
-/// wrapper and moving that refusal into the crate first.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Problem {
-    /// A URN naming the kind of problem, e.g. `urn:dpledger:problem:conflict`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Short summary of the kind (the HTTP reason phrase).
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What exactly was wrong with this request.
-    pub detail: String,
-    /// The request field at fault, when one is.
-    #[serde(default)]
-    pub field: Option<String>,
-    /// For a release refused by its budget (409): what was spent, what the
-    /// release would have cost, and the budget (the problem's `budget` extension;
-    /// boxed to keep [`Error`] small). Also read by [`Error::budget`].
-    #[serde(default)]
-    pub budget: Option<Box<BudgetRefusal>>,
-    /// For a `503` of type [`crate::cluster::NOT_OWNER`] from a cluster node:
-    /// the dataset's owner, when the node knows it.
-    #[serde(default)]
-    pub owner: Option<Box<crate::cluster::OwnerHint>>,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.status, self.title, self.detail)?;
-        if let Some(field) = &self.field {
-            write!(f, " (field {field})")?;
-        }
-        Ok(())
-    }
-}
+/// An `application/problem+json` document as dpledger answers every
+/// refusal: the server's own type, defined once in the workspace crate
+/// `dpledger-api` (`detail`, the `field` at fault, and the `budget` and
+/// `owner` extensions).
+pub use dpledger_api::problem::Problem;
 
 /// Everything a call can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@
 //! assert!((r.rho() - 0.003).abs() < 1e-15);
 //! ```
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The releases' wire, defined once with the server in the workspace crate
 /// `dpledger-api`: what a release asks for (with its validation and cost, as
@@ -61,17 +61,9 @@ pub struct DatasetSetup {
 }
 
 /// A refused release's budget state: the `budget` extension of the problem
-/// document of a 409 (see [`crate::Error::budget`]).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-pub struct BudgetRefusal {
-    /// zCDP `rho` already spent.
-    pub rho_spent: f64,
-    /// zCDP `rho` the refused release would have cost.
-    pub rho_requested: f64,
-    /// The budget; `None` when none is set.
-    #[serde(default)]
-    pub rho_budget: Option<f64>,
-}
+/// document of a 409 (see [`crate::Error::budget`]), defined with the server
+/// in the workspace crate `dpledger-api`.
+pub use dpledger_api::problem::BudgetRefusal;
 
 #[cfg(test)]
 mod tests {

@@ -84,8 +84,11 @@ fn step_answer() -> serde_json::Value {
 fn view(owner: &str) -> serde_json::Value {
     serde_json::json!({
         "mode": "cluster", "node_id": "a", "lease_ttl_ms": 10000,
-        "nodes": [{"node_id": "b", "advertise": owner, "alive": true}],
-        "datasets": [{"dataset": "d", "owner": "b", "advertise": owner, "epoch": 2}]
+        "nodes": [{"node_id": "b", "advertise": owner, "alive": true, "draining": false,
+                   "heartbeat_age_ms": 10, "memory_free_bytes": null,
+                   "ledger_memory_bytes": 0, "datasets_owned": 1}],
+        "datasets": [{"dataset": "d", "owner": "b", "advertise": owner, "epoch": 2,
+                      "lease_expires_in_ms": 9000}]
     })
 }
 

@@ -29,7 +29,9 @@
 //!   cost), what they publish, the release budget and the policy;
 //! * [`accountant`]: the stateless accountant's requests and answers;
 //! * [`analysis`]: the report of the data-dependent analysis over runs;
-//! * [`error`]: the refusal of a malformed field that validation returns.
+//! * [`error`]: the refusal of a malformed field that validation returns;
+//! * [`problem`]: the problem document of every error answer;
+//! * [`cluster`]: the cluster map and the answer to a drain.
 //!
 //! The server adds its own rules beside these types (validation against its
 //! limits, the accounting that fills them in) as free functions and
@@ -42,10 +44,12 @@
 
 pub mod accountant;
 pub mod analysis;
+pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod error;
 pub mod null_inf;
+pub mod problem;
 pub mod release;
 pub mod shard_rule;
 pub mod status;

@@ -14,7 +14,7 @@ use crate::api::extract::{ApiPath, Auth, RawBody};
 use crate::api::problem::{ApiResult, Problem};
 use crate::api::state::AppState;
 use crate::engine::cluster::MarkRefusal;
-use crate::engine::sharding::owners::{validate_change, Decision, Prepared, ShardChange};
+use crate::engine::sharding::protocol::{validate_change, Decision, Prepared, ShardChange};
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::routing::post;

@@ -12,9 +12,9 @@
 
 use super::node_client::{call_keyed, call_marked, NodeAnswer, SHARD_CHANGES};
 use crate::api::extract::BINARY_STEP;
-use crate::api::problem::{OwnerRef, Problem, NOT_OWNER, PROBLEM_JSON};
+use crate::api::problem::{OwnerRef, Problem, PROBLEM_JSON};
 use crate::engine::cluster::ClusterNode;
-use crate::engine::sharding::owners::{Decision, Prepared, ShardChange};
+use crate::engine::sharding::protocol::{Decision, Prepared, ShardChange};
 use crate::engine::sharding::{
     Credential, Owner, PeerCall, PeerFuture, PeerRefusal, Peers, RefreshPart, ShardCall,
 };
@@ -52,8 +52,8 @@ fn refusal(problem: Problem) -> EngineError {
     EngineError::Peer(PeerRefusal {
         status: problem.status,
         content_type: Some(PROBLEM_JSON.to_string()),
-        retry_after: problem.kind.ends_with(NOT_OWNER).then(|| "1".to_string()),
-        body: serde_json::to_vec(&problem).unwrap_or_else(|_| b"{}".to_vec()),
+        retry_after: problem.is_not_owner().then(|| "1".to_string()),
+        body: serde_json::to_vec(problem.document()).unwrap_or_else(|_| b"{}".to_vec()),
     })
 }
 

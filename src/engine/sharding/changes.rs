@@ -10,7 +10,7 @@
 use super::coordinator::{ChangeAnswer, Coordinator, ROUNDS};
 use super::labels::{dataset_label_names, split_labels};
 use super::merge::{check_interactive, check_sharded_request, release_of_shards, Apart};
-use super::owners::{new_change_id, ShardChange, ShardRecordKind};
+use super::protocol::{new_change_id, ShardChange, ShardRecordKind};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::check_leaves_someone_in;
 use crate::engine::ReleaseOutcome;

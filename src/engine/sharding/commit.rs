@@ -4,7 +4,7 @@
 //! decision `commit`; and the stored answer of a change made before under an
 //! idempotency key. Only the coordinator (`coordinator.rs`) commits.
 
-use super::owners::{CrossCommit, ShardRecordKind};
+use super::protocol::{CrossCommit, ShardRecordKind};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::Engine;
 use crate::ledger::IdempotencyKey;

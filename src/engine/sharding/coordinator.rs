@@ -7,7 +7,7 @@
 //! among the shards, the commit's outcomes and the idempotency key's stored
 //! answer.
 
-use super::owners::{
+use super::protocol::{
     validate_change, CrossCommit, Decision, Prepared, ShardChange, ShardRecordKind,
 };
 use super::ShardLayout;

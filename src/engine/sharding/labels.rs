@@ -75,6 +75,23 @@ pub fn split_labels(
     (after, records)
 }
 
+/// The label names of a sharded dataset's creation in order of first use,
+/// from its specification: parsed once per layout (`ShardLayout::label_names`);
+/// labels set later extend them ([`dataset_label_names`]).
+pub fn label_names(spec: &str) -> Vec<String> {
+    let spec: serde_json::Value = serde_json::from_str(spec).unwrap_or_default();
+    let Ok(labels) = serde_json::from_value::<Vec<Option<String>>>(spec["labels"].clone()) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = Vec::new();
+    for l in labels.iter().flatten() {
+        if !names.contains(l) {
+            names.push(l.clone());
+        }
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

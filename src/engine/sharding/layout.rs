@@ -170,7 +170,7 @@ impl ShardLayout {
             dataset,
             examples,
             ranges: shard_ranges(examples, shards),
-            label_names: super::owners::label_names(&spec),
+            label_names: super::labels::label_names(&spec),
             spec,
         }
     }

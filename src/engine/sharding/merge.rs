@@ -5,7 +5,7 @@
 //! budget, merged exactly, the mechanism run once). Pure: no shard is called.
 
 use super::labels::dataset_label_names;
-use super::owners::{Prepared, PreparedRelease};
+use super::protocol::{Prepared, PreparedRelease};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::now_secs;
 use crate::release::{QuantileMethod, Release, ReleaseRequest, ReleaseSummary, ReleaseTrigger};

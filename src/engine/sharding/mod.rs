@@ -16,6 +16,7 @@
 //! | `merge.rs` | what the coordinator decides from the shards' prepared answers (pure) |
 //! | `policy.rs` | a sharded dataset's policy releases, started by the owner of its first shard |
 //! | `owners.rs` | the owners' side of a change: prepared, held until decided, the decision applied |
+//! | `protocol.rs` | the protocol's messages: the change, an owner's prepared answer, the commit's outcome, the decision |
 //! | `prepare.rs` | a shard's prepare of a release: statistics from a view at one step, then the write lock |
 //! | `scatter.rs` | a dataset's steps, refreshes and reads whatever its layout: one ledger's answer, or its shards' merged |
 //!
@@ -40,6 +41,7 @@ mod merge;
 pub mod owners;
 mod policy;
 mod prepare;
+pub mod protocol;
 mod scatter;
 mod split;
 
@@ -59,7 +61,7 @@ use super::queries::{ExampleQuery, IdRange, PrivacyQuery};
 use super::Engine;
 use crate::ledger::{RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds};
 use dpledger_api::views::{DatasetView, PrivacyView, Thresholds};
-use owners::{Decision, Prepared, ShardChange};
+use protocol::{Decision, Prepared, ShardChange};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;

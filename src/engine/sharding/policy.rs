@@ -103,10 +103,7 @@ impl Engine {
         let coordinator = self.coordinate(layout, None)?;
         // Stored with the release, so that a retry after an unknown outcome
         // finds it rather than charging twice.
-        let name = format!(
-            "release-policy-{}",
-            crate::engine::sharding::owners::new_change_id()
-        );
+        let name = format!("release-policy-{}", super::protocol::new_change_id());
         let key = Some(IdempotencyKey {
             request: name.as_bytes().to_vec(),
             key: name,

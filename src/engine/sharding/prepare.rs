@@ -24,7 +24,8 @@
 //!    shard's examples the release leaves out of its input (spec §6), which
 //!    the shard's record keeps.
 
-use super::owners::{Prepared, PreparedRelease, Ready};
+use super::owners::Ready;
+use super::protocol::{Prepared, PreparedRelease};
 use crate::engine::dataset::Dataset;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::releases::{check_budget, check_charge};
