@@ -166,7 +166,7 @@ async fn create_dataset(
     let body: CreateDataset = body.json()?;
     if body.shards.is_some() {
         // In cluster mode the receiving node coordinates a sharded creation
-        // before it reaches this handler (`shard_routes.rs`).
+        // before it reaches this handler (`routing.rs` hands it to `shard_create.rs`).
         return Err(Problem::bad_request(match state.engine.cluster() {
             None => "shards need cluster mode (dpledger serve --cluster)",
             Some(_) => {
