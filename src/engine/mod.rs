@@ -165,12 +165,7 @@ impl Engine {
     /// shards is in every shard's log): read here when this node owns that
     /// shard (routing sends the read to its owner otherwise).
     pub fn with_book<T>(&self, id: &str, f: impl FnOnce(&ReleaseBook) -> T) -> EngineResult<T> {
-        let first_shard = match self.known_layout(id) {
-            Some(layout) if self.cluster.is_some() && !self.datasets.contains_key(id) => {
-                Some(layout.shard_dataset(0))
-            }
-            _ => None,
-        };
+        let first_shard = self.known_layout(id).map(|layout| layout.shard_dataset(0));
         let ds = self.dataset(first_shard.as_deref().unwrap_or(id))?;
         ds.check_current()?;
         let book = ds.book_read();

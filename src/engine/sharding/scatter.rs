@@ -409,10 +409,7 @@ impl Engine {
         if self.cluster().is_none() || self.serves(id) {
             return Ok(None);
         }
-        let layout = match self.known_layout(id) {
-            Some(layout) => Some(layout),
-            None => self.layout_of(id).await?,
-        };
+        let layout = self.layout_of(id).await?;
         layout.map(|l| self.coordinate(l, credential)).transpose()
     }
 
