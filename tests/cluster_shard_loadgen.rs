@@ -104,8 +104,8 @@ fn loadgen_drives_a_sharded_dataset_through_every_node_with_owner_tokens() {
 }
 
 /// A node calls the shards it owns in-process: with every shard of a
-/// dataset on one node, its steps, refreshes, reads and release-book reads
-/// move no body between nodes (the counters stay where they were) and
+/// dataset on one node, its creation, steps, refreshes, reads and
+/// release-book reads move no body between nodes (the counters stay where they were) and
 /// forward nothing, and they answer as the dataset's.
 #[test]
 fn a_node_calls_its_own_shards_in_process() {
@@ -116,13 +116,13 @@ fn a_node_calls_its_own_shards_in_process() {
     let admin = cluster.admin_token();
     let url = &cluster.nodes[0].url;
     let n = 40u64;
+    let before = (node_bytes(url, &admin), forwarded(url, &admin));
     let created = post(
         &format!("{url}/v1/datasets"),
         Some(&admin),
         &json!({"id": "own", "config": poisson_config(n, 0.25, 1.0), "shards": 4}),
     );
     assert_eq!(created.status, 201, "{:?}", created.body);
-    let before = (node_bytes(url, &admin), forwarded(url, &admin));
     let dataset = format!("{url}/v1/datasets/own");
     for step in 0..3u64 {
         let ids: Vec<u64> = (0..n).filter(|i| (i + step) % 3 == 0).collect();

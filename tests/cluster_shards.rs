@@ -412,6 +412,42 @@ fn sharded_requests_are_validated_authorised_and_refused_clearly() {
     );
 }
 
+/// A shard whose node cannot be reached at all when its dataset is created
+/// (killed, but its heartbeat not yet stale: placement still counts it) is
+/// created on the coordinating node instead: the creation answers 201 with
+/// every shard owned by a live node, and the dataset takes steps.
+#[test]
+fn a_shard_placed_on_an_unreachable_node_is_created_by_the_coordinator() {
+    // Leases and heartbeats of 20 s: the killed node stays in placement for
+    // the whole test.
+    let Some(mut cluster) = Cluster::start(3, 20_000) else {
+        return;
+    };
+    cluster.wait_active(3);
+    let admin = cluster.admin_token();
+    let dead = cluster.nodes[2].id.clone();
+    cluster.nodes[2].kill();
+    let url = cluster.nodes[0].url.clone();
+    let created = post(
+        &format!("{url}/v1/datasets"),
+        Some(&admin),
+        &json!({"id": "spread", "config": config(30, 0.5), "shards": 3}),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let map = created.body["shards"].as_array().unwrap().clone();
+    assert_eq!(map.len(), 3, "{map:?}");
+    let owners: Vec<&str> = map.iter().map(|s| s["owner"].as_str().unwrap()).collect();
+    assert!(!owners.contains(&dead.as_str()), "{map:?}");
+    assert!(owners.contains(&cluster.nodes[0].id.as_str()), "{map:?}");
+    let step = post(
+        &format!("{url}/v1/datasets/spread/steps"),
+        Some(&admin),
+        &json!({"step": 0, "ids": [0, 15, 29], "norms": [0.5, 0.5, 0.5]}),
+    );
+    assert_eq!(step.status, 200, "{:?}", step.body);
+    assert_eq!(step.body["complete"], true, "{:?}", step.body);
+}
+
 #[test]
 fn shards_need_cluster_mode() {
     let dir = tempfile::tempdir().unwrap();

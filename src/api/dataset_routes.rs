@@ -52,12 +52,24 @@ pub struct CreateDataset {
     pub release_policy: Option<crate::release::ReleasePolicy>,
     /// Cluster mode: split the dataset into this many contiguous ranges of
     /// example ids (1–256, at most `examples`), each its own ledger and lease,
-    /// placed on different nodes where possible (Poisson sampling only; no
-    /// releases yet). Absent: one ledger, or in cluster mode
+    /// placed on different nodes where possible.
+    /// Absent: one ledger, or in cluster mode
     /// ⌈examples / bound⌉ shards when `examples` is above the nodes'
     /// `--max-shard-examples` (a single server refuses such a creation).
     #[serde(default)]
     pub shards: Option<u32>,
+}
+
+impl CreateDataset {
+    /// Whether a cluster creates it as a sharded dataset: shards asked for,
+    /// or more examples than one ledger's `bound` (`--max-shard-examples`).
+    /// A shard's own creation (`{dataset}~{start}`, sent by the node that
+    /// coordinates its dataset's) is an ordinary one.
+    pub(super) fn is_sharded(&self, bound: u64) -> bool {
+        self.shards.is_some()
+            || (self.config.examples > bound
+                && crate::engine::sharding::parse_shard_id(&self.id).is_none())
+    }
 }
 
 /// Dataset ids visible to the caller.
@@ -158,27 +170,15 @@ async fn view(state: &AppState, id: &str) -> ApiResult<DatasetView> {
 async fn create_dataset(
     State(state): S,
     Auth(claims): Auth,
+    PassedOn(caller): PassedOn,
     idempotency: IdempotencyHeader,
     body: RawBody,
 ) -> ApiResult<impl IntoResponse> {
     claims.authorize(Access::Admin)?;
     let key = idempotency.key(body.bytes())?;
     let body: CreateDataset = body.json()?;
-    if body.shards.is_some() {
-        // In cluster mode the receiving node coordinates a sharded creation
-        // before it reaches this handler (`routing.rs` hands it to `shard_create.rs`).
-        return Err(Problem::bad_request(match state.engine.cluster() {
-            None => "shards need cluster mode (dpledger serve --cluster)",
-            Some(_) => {
-                "a sharded creation is coordinated by the node that receives it: \
-                        send it without the forwarded mark"
-            }
-        })
-        .with_field("shards"));
-    }
-    if let (None, Some(bound)) = (state.engine.cluster(), state.limits.single_max_examples) {
-        crate::engine::sharding::check_single_ledger(&body.config, bound)?;
-    }
+    let bound = state.limits.max_shard_examples;
+    let sharded = body.is_sharded(bound);
     let setup = DatasetSetup {
         release_budget: body
             .release_budget
@@ -188,6 +188,29 @@ async fn create_dataset(
         labels: body.labels,
         release_policy: body.release_policy,
     };
+    match state.engine.cluster() {
+        None if body.shards.is_some() => {
+            return Err(
+                Problem::bad_request("shards need cluster mode (dpledger serve --cluster)")
+                    .with_field("shards"),
+            )
+        }
+        // Coordinated here, and run to its end even if the caller goes.
+        Some(_) if sharded => {
+            let (st, id, config, shards) = (state.clone(), body.id, body.config, body.shards);
+            let view = run_to_completion(async move {
+                st.engine
+                    .create_sharded(&id, config, shards, bound, setup, caller)
+                    .await
+            })
+            .await?;
+            return Ok((StatusCode::CREATED, Json(view)));
+        }
+        _ => {}
+    }
+    if let (None, Some(bound)) = (state.engine.cluster(), state.limits.single_max_examples) {
+        crate::engine::sharding::check_single_ledger(&body.config, bound)?;
+    }
     let (st, id, config) = (state.clone(), body.id.clone(), body.config);
     run_to_completion(async move {
         st.engine

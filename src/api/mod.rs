@@ -12,7 +12,6 @@
 //! | `admin_routes.rs` | server administration: the storage report |
 //! | `cluster_routes.rs` | cluster mode's endpoints: the map, drain |
 //! | `routing.rs` | cluster mode's routing middleware: forwarding to owners or `503 not-owner`, placing creations |
-//! | `shard_create.rs` | a sharded creation, coordinated by the node that receives it |
 //! | `cluster/` | node-to-node calls: the client, the engine's peers over it, the owners' side of the change protocol |
 //! | `task.rs` | running a state change to completion when the client goes away |
 //! | `state.rs` | what handlers share: the engine, the authorizer, limits, metrics |
@@ -47,7 +46,6 @@ pub mod problem;
 mod release_routes;
 pub mod routes;
 mod routing;
-mod shard_create;
 pub mod state;
 mod task;
 

@@ -9,6 +9,7 @@
 //! what a request does is its handler's.
 
 use super::cluster::node_client::{client, FORWARDED};
+use super::dataset_routes::CreateDataset;
 use super::extract::Auth;
 use super::problem::{OwnerRef, Problem};
 use super::state::AppState;
@@ -129,11 +130,11 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         if let Some(id) = creation_id(&bytes) {
             node.forget_absent(&id);
         }
-        if is_sharded_creation(&bytes, state.limits.max_shard_examples) {
-            return super::shard_create::create(state.clone(), node, parts, bytes).await;
-        }
+        let sharded = is_sharded_creation(&bytes, state.limits.max_shard_examples);
         request = Request::from_parts(parts, Body::from(bytes));
-        if let Some(target) = node.placement() {
+        // A sharded creation is coordinated by the node that receives it
+        // (its handler); any other goes where placement puts it.
+        if let (false, Some(target)) = (sharded, node.placement()) {
             let target = OwnerRef {
                 node_id: target.node_id,
                 advertise: target.advertise,
@@ -288,17 +289,11 @@ fn creation_id(body: &[u8]) -> Option<String> {
     value.get("id")?.as_str().map(str::to_string)
 }
 
-/// Whether a creation's body asks for shards (`"shards"` present and not
-/// null) or is sharded automatically (`config.examples` above `bound`).
+/// Whether a creation's body makes a sharded dataset, as its handler decides
+/// ([`CreateDataset::is_sharded`]); a body that does not parse is not (it is
+/// refused wherever it goes).
 fn is_sharded_creation(body: &[u8], bound: u64) -> bool {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .is_some_and(|v| {
-            v.get("shards").is_some_and(|s| !s.is_null())
-                || v.pointer("/config/examples")
-                    .and_then(serde_json::Value::as_u64)
-                    .is_some_and(|n| n > bound)
-        })
+    serde_json::from_slice::<CreateDataset>(body).is_ok_and(|b| b.is_sharded(bound))
 }
 
 fn too_large() -> Response {

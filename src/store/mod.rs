@@ -1,5 +1,10 @@
 //! Durable event log: the source of truth of every ledger.
 //!
+//! Why one file of about 520 lines: the store's contract (this note and the
+//! [`Store`] trait's documented guarantees) and the record format it
+//! guarantees are one statement that every backend (`sqlite.rs`, `pg/`) is
+//! read against.
+//!
 //! The service never trusts memory alone: every state change (a dataset created, a
 //! step or step part, a refresh, a release, a budget change, an archive) is appended
 //! here as a [`Record`] *before* it is acknowledged, and the in-memory ledgers are

@@ -67,7 +67,8 @@ pub struct BudgetRefusal {
     pub rho_budget: Option<f64>,
 }
 
-/// A cluster node as a not-owner problem names it.
+/// A cluster node by its id and advertised URL: the owner a not-owner
+/// problem sends the caller to, and the owner of a shard as a node calls it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OwnerRef {

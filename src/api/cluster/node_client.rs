@@ -10,9 +10,8 @@
 //! "Node-to-node authentication"); [`call_marked`] sends one.
 
 use crate::engine::cluster::ClusterNode;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -71,20 +70,6 @@ impl NodeAnswer {
     /// Whether the node answered 2xx.
     pub fn ok(&self) -> bool {
         self.status.is_success()
-    }
-
-    /// The answer passed on as this node's (status, media type, `Retry-After`,
-    /// body).
-    pub fn into_response(self) -> Response {
-        let mut response = Response::builder().status(self.status);
-        for name in [header::CONTENT_TYPE, header::RETRY_AFTER] {
-            if let Some(value) = self.headers.get(&name) {
-                response = response.header(name, value);
-            }
-        }
-        response
-            .body(Body::from(self.body))
-            .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
     }
 }
 

@@ -16,7 +16,8 @@ use crate::api::problem::{OwnerRef, Problem, PROBLEM_JSON};
 use crate::engine::cluster::ClusterNode;
 use crate::engine::sharding::protocol::{Decision, Prepared, ShardChange};
 use crate::engine::sharding::{
-    Credential, Owner, PeerCall, PeerFuture, PeerRefusal, Peers, RefreshPart, ShardCall,
+    Credential, PeerCall, PeerFuture, PeerRefusal, Peers, RefreshPart, ShardCall, ShardCreated,
+    ShardCreation,
 };
 use crate::engine::{EngineError, EngineResult, ExampleQuery, IdRange, PrivacyQuery};
 use crate::ledger::{RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds};
@@ -98,16 +99,13 @@ fn upgrade(node: &Weak<ClusterNode>) -> EngineResult<Arc<ClusterNode>> {
 fn outcome(
     sent: Result<NodeAnswer, reqwest::Error>,
     shard: &str,
-    owner: &Owner,
+    owner: &OwnerRef,
 ) -> EngineResult<NodeAnswer> {
     let answer = sent.map_err(|e| {
         refusal(if e.is_connect() {
             Problem::not_owner(
                 format!("shard {shard:?}'s owner could not be reached: retry"),
-                Some(OwnerRef {
-                    node_id: owner.node_id.clone(),
-                    advertise: owner.advertise.clone(),
-                }),
+                Some(owner.clone()),
             )
         } else {
             Problem::new(
@@ -299,6 +297,47 @@ impl Peers for HttpPeers {
             Ok(())
         })
     }
+
+    fn create_shard(&self, call: ShardCall, creation: ShardCreation) -> PeerFuture<ShardCreated> {
+        let node = self.node.clone();
+        Box::pin(async move {
+            let node = upgrade(&node)?;
+            let mut body = serde_json::json!({
+                "id": call.shard,
+                "config": creation.config,
+                "labels": creation.labels,
+            });
+            if let Some(policy) = &creation.release_policy {
+                body["release_policy"] = serde_json::json!(policy);
+            }
+            let authorization = authorization(call.credential.as_ref())?;
+            let sent = super::node_client::call(
+                &call.owner.advertise,
+                &node.config.node_id,
+                Method::POST,
+                "/v1/datasets",
+                authorization.as_ref(),
+                Some(("application/json", body.to_string().into_bytes())),
+            )
+            .await;
+            match sent {
+                Ok(answer) if answer.ok() => Ok(ShardCreated::Created),
+                // It exists already (a retried creation).
+                Ok(answer) if answer.status == StatusCode::CONFLICT => Ok(ShardCreated::Existed),
+                Ok(answer) => Err(answered(answer)),
+                Err(e) if e.is_connect() => Ok(ShardCreated::Unreached),
+                Err(_) => Err(refusal(Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "outcome-unknown",
+                    format!(
+                        "shard {:?} may or may not have been created: retry the same creation, \
+                         which completes what is missing",
+                        call.shard
+                    ),
+                ))),
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -358,8 +397,13 @@ mod tests {
             headers,
             body: axum::body::Bytes::from_static(b"too large"),
         };
-        let direct = parts(answer.clone().into_response()).await;
         let passed = parts(Problem::from(answered(answer)).into_response()).await;
-        assert_eq!(direct, passed);
+        let whole = (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("text/plain".to_string()),
+            None,
+            b"too large".to_vec(),
+        );
+        assert_eq!(passed, whole);
     }
 }

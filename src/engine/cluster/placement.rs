@@ -89,11 +89,10 @@ impl Share {
 }
 
 impl ClusterNode {
-    /// The advertised URLs of the nodes `shards` shards go to: the active
-    /// nodes by most free memory (ties: smallest id), in turn, so that shards
-    /// land on different nodes where there are enough. Empty when no
-    /// heartbeat was read yet.
-    pub fn spread(&self, shards: usize) -> Vec<String> {
+    /// The nodes `shards` shards go to: the active nodes by most free memory
+    /// (ties: smallest id), in turn, so that shards land on different nodes
+    /// where there are enough. Empty when no heartbeat was read yet.
+    pub fn spread(&self, shards: usize) -> Vec<NodeRow> {
         let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut order = Vec::new();
         while let Some(next) = choose_node(&nodes, self.config.lease_ttl).cloned() {
@@ -104,7 +103,7 @@ impl ClusterNode {
             return Vec::new();
         }
         (0..shards)
-            .map(|i| order[i % order.len()].advertise.clone())
+            .map(|i| order[i % order.len()].clone())
             .collect()
     }
 

@@ -11,7 +11,7 @@ use super::protocol::{
     validate_change, CrossCommit, Decision, Prepared, ShardChange, ShardRecordKind,
 };
 use super::ShardLayout;
-use super::{Credential, Owner, PeerCall, Peers};
+use super::{Credential, OwnerRef, PeerCall, Peers};
 use crate::engine::cluster::ClusterNode;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::Engine;
@@ -112,7 +112,7 @@ pub(super) enum Target {
     /// This node owns it: called in-process.
     Here,
     /// Another node owns it.
-    There(Owner),
+    There(OwnerRef),
 }
 
 impl Coordinator {
@@ -125,7 +125,7 @@ impl Coordinator {
         match self.node.lease_of(shard).await {
             Some(l) if l.expires_in_ms > 0 => {
                 if let Some((node_id, advertise)) = l.owner.zip(l.advertise) {
-                    return Ok(Target::There(Owner { node_id, advertise }));
+                    return Ok(Target::There(OwnerRef { node_id, advertise }));
                 }
             }
             _ => {}
@@ -136,7 +136,7 @@ impl Coordinator {
     }
 
     /// The call of change `id` to `owner` for `shard`.
-    fn call(&self, owner: Owner, shard: String, id: &str) -> PeerCall {
+    fn call(&self, owner: OwnerRef, shard: String, id: &str) -> PeerCall {
         PeerCall {
             owner,
             shard,

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `mod.rs` | the [`Peers`] trait by which the engine reaches other nodes, and the subsystem's state |
 //! | `layout.rs` | shard names, id ranges, the layout row and where new shards go |
+//! | `create.rs` | a sharded dataset's creation: checked, its layout recorded, each shard created on its node |
 //! | `split.rs` | a step or refresh split by id range into its shards' parts, their answers merged |
 //! | `labels.rs` | labels after creation: the dataset's label order and each shard's record |
 //! | `coordinator.rs` | the one coordinator of changes across shards: prepare, decide, commit, the retry rule |
@@ -35,6 +36,7 @@
 mod changes;
 mod commit;
 mod coordinator;
+mod create;
 pub mod labels;
 mod layout;
 mod merge;
@@ -48,6 +50,7 @@ mod split;
 pub use super::shard_names::{owning_dataset, parse_shard_id, shard_id, SHARD_SEPARATOR};
 pub use changes::check_policy;
 pub use coordinator::{ChangeAnswer, Coordinator};
+pub use create::{ShardCreated, ShardCreation};
 pub use layout::{
     check_no_shard_fields, check_shard_request, check_single_ledger, shard_ranges, shards_for,
     ShardLayout, DEFAULT_MAX_SHARD_EXAMPLES, MAX_SHARDS,
@@ -60,21 +63,15 @@ use super::error::{EngineError, EngineResult};
 use super::queries::{ExampleQuery, IdRange, PrivacyQuery};
 use super::Engine;
 use crate::ledger::{RefreshOutcome, StepOutcome, StepReport, WorstCaseBounds};
+/// A node of the cluster that owns a shard, as a call to it needs it (the
+/// node a not-owner answer names, too).
+pub use dpledger_api::problem::OwnerRef;
 use dpledger_api::views::{DatasetView, PrivacyView, Thresholds};
 use protocol::{Decision, Prepared, ShardChange};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// A node of the cluster that owns a shard, as a call to it needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    /// The node's id.
-    pub node_id: String,
-    /// Its advertised base URL.
-    pub advertise: String,
-}
 
 /// The caller's credential, as it was presented, passed on to the owners of
 /// the shards, which authorise it again for their shard (opaque to the
@@ -93,7 +90,7 @@ impl std::fmt::Debug for Credential {
 #[derive(Debug, Clone)]
 pub struct PeerCall {
     /// The owner.
-    pub owner: Owner,
+    pub owner: OwnerRef,
     /// The shard (`{dataset}~{start}`).
     pub shard: String,
     /// The change's id.
@@ -107,7 +104,7 @@ pub struct PeerCall {
 #[derive(Debug, Clone)]
 pub struct ShardCall {
     /// The owner.
-    pub owner: Owner,
+    pub owner: OwnerRef,
     /// The shard (`{dataset}~{start}`).
     pub shard: String,
     /// The caller's credential, which the owner authorises for its shard.
@@ -154,6 +151,11 @@ pub trait Peers: Send + Sync + std::fmt::Debug {
     /// Archive `call.shard` alone (completing a dataset some of whose shards
     /// are archived already; idempotent).
     fn archive(&self, call: ShardCall) -> PeerFuture<()>;
+    /// Create `call.shard` on its node as `creation` says (the caller's
+    /// credential authorised there as administrator): created, found to
+    /// exist already (a retried creation), or its node unreachable with
+    /// nothing sent.
+    fn create_shard(&self, call: ShardCall, creation: ShardCreation) -> PeerFuture<ShardCreated>;
 }
 
 /// A refresh's part for one shard: its own ids and their norms, and the

@@ -1,6 +1,10 @@
 //! Each example's count of steps per (hyperparameter segment, grid level): the
 //! input of its PLD estimate (spec §8).
 //!
+//! Why one file of about 550 lines: the packed count format below and every
+//! read and write of it (encoding, closing an open run, an example's counts)
+//! must agree bit for bit, so they are kept where they are read together.
+//!
 //! # What is counted
 //! Step `t` charges example `i` at grid level `k` (spec §3.3): its bucket `b_i`
 //! when it is not in the batch, `min(b_i, bucket(g_i))` when it is. The estimate
