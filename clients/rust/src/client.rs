@@ -573,7 +573,7 @@ impl Client {
             .map(|(part, name)| self.send_step(name, part, encoding))
             .collect();
         let results = shard::join_all(sends).await;
-        shard::combine(layout, &split, report, results)
+        shard::combine(layout, &split, results)
     }
 
     /// `POST /v1/datasets/{d}/steps` of one report (a dataset's, or a shard's

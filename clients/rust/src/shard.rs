@@ -25,8 +25,7 @@
 //! whole, and a node splits it if need be: one hop more, same answer.
 
 use crate::error::{Error, Problem, Result};
-use crate::shard_rule::{self, SplitIds};
-use crate::types::{DatasetView, RefreshDue, StepOutcome, StepReport};
+use crate::types::{DatasetView, StepOutcome, StepReport};
 use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Range;
@@ -57,13 +56,9 @@ impl ShardLayout {
     }
 }
 
-/// A report split into one report per shard.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SplitReport {
-    /// Shard `s`'s report (same step, hyperparameters and part; own ids).
-    pub parts: Vec<StepReport>,
-    positions: Vec<Vec<usize>>,
-}
+/// A report split into one report per shard (`parts`), with where each id
+/// came from: the server's own split ([`dpledger_api::split_step`]).
+pub use dpledger_api::split_step::SplitStep as SplitReport;
 
 /// Splits `report` by `layout`; refuses (before anything is sent, so that no
 /// shard applies a step another refuses) ids and norms of different lengths,
@@ -81,65 +76,25 @@ pub fn split(layout: &ShardLayout, report: &StepReport) -> Result<SplitReport> {
             report.step
         )));
     }
-    let SplitIds {
-        ids,
-        norms,
-        positions,
-    } = shard_rule::split_ids(&layout.ranges, &report.ids, &report.norms)
-        .map_err(|e| Error::InvalidRequest(format!("step {}: {}: {e}", report.step, e.field())))?;
-    let parts = ids
-        .into_iter()
-        .zip(norms)
-        .map(|(ids, norms)| StepReport {
-            step: report.step,
-            ids,
-            norms,
-            noise_multiplier: report.noise_multiplier,
-            sampling_rate: report.sampling_rate,
-            part: report.part,
-        })
-        .collect();
-    Ok(SplitReport { parts, positions })
+    dpledger_api::split_step::split_step(&layout.ranges, report)
+        .map_err(|e| Error::InvalidRequest(format!("step {}: {}: {e}", report.step, e.field())))
 }
 
-impl SplitReport {
-    /// The dataset's answer from the shards' answers (in shard order): each
-    /// id's threshold back at its position, every shard's retirements as the
-    /// dataset's ids, complete only when every shard completed the step, a
-    /// duplicate only when every part was one. The same merge as a node's.
-    pub fn merge(
-        &self,
-        layout: &ShardLayout,
-        report: &StepReport,
-        answers: &[StepOutcome],
-    ) -> Result<StepOutcome> {
-        let thresholds: Vec<&[f64]> = answers.iter().map(|a| &a.thresholds[..]).collect();
-        let placed = shard_rule::place(&self.positions, &thresholds)
-            .filter(|_| answers.iter().all(|a| a.step == report.step));
-        let Some(thresholds) = placed else {
-            return Err(Error::Decode {
-                endpoint: "POST /v1/datasets/{shard}/steps".into(),
-                status: 200,
-                message: format!(
-                    "the shards' answers do not match the parts of step {}",
-                    report.step
-                ),
-            });
-        };
-        let retired: Vec<&[u64]> = answers.iter().map(|a| &a.retired[..]).collect();
-        Ok(StepOutcome {
-            step: report.step,
-            duplicate: answers.iter().all(|a| a.duplicate),
-            part: report.part,
-            complete: answers.iter().all(|a| a.complete),
-            thresholds,
-            retired: shard_rule::dataset_ids(&layout.ranges, &retired),
-            refresh_due: RefreshDue::merge(
-                &layout.ranges,
-                answers.iter().map(|a| a.refresh_due.as_ref()).enumerate(),
-            ),
+/// The dataset's answer from the shards' answers (in shard order), merged as
+/// a node merges them ([`SplitReport::merge`]); answers that do not fit the
+/// parts are a malformed answer.
+fn merge(
+    layout: &ShardLayout,
+    split: &SplitReport,
+    answers: &[StepOutcome],
+) -> Result<StepOutcome> {
+    split
+        .merge(&layout.ranges, answers)
+        .map_err(|e| Error::Decode {
+            endpoint: "POST /v1/datasets/{shard}/steps".into(),
+            status: 200,
+            message: format!("the shards' answers do not match the parts of the step: {e}"),
         })
-    }
 }
 
 /// The answer for the whole report from each part's result: the merged
@@ -150,12 +105,11 @@ impl SplitReport {
 pub(crate) fn combine(
     layout: &ShardLayout,
     split: &SplitReport,
-    report: &StepReport,
     results: Vec<Result<StepOutcome>>,
 ) -> Result<StepOutcome> {
     if results.iter().all(|r| r.is_ok()) {
         let answers: Vec<StepOutcome> = results.into_iter().flatten().collect();
-        return split.merge(layout, report, &answers);
+        return merge(layout, split, &answers);
     }
     let retryable = |r: &Result<StepOutcome>| match r {
         Ok(_) => false,
@@ -194,11 +148,7 @@ pub(crate) fn combine(
                         layout.ranges[first].start,
                         layout.ranges[first].end.saturating_sub(1),
                         problem.status,
-                        shard_rule::dataset_detail(
-                            layout.ranges[first].start,
-                            split.positions.get(first).map_or(&[][..], |p| &p[..]),
-                            &problem.detail
-                        ),
+                        split.dataset_detail(&layout.ranges, first, &problem.detail),
                         applied.join(", ")
                     ),
                     field: problem.field,
@@ -289,37 +239,23 @@ mod tests {
         }
     }
 
+    /// The client cuts a report exactly as a node does (the same parts, so
+    /// a part sent by either is one content to its shard), and an answer that
+    /// does not fit its part is a malformed answer, not a result.
     #[test]
-    fn a_report_splits_by_range_and_the_answers_merge_back() {
+    fn a_report_splits_as_a_node_splits_it() {
         let l = layout();
-        let report = StepReport {
-            sampling_rate: Some(0.25),
-            ..StepReport::new(4, vec![9, 0, 4, 7], vec![0.5, 1.0, 2.0, 3.0])
-        };
+        let report = StepReport::new(4, vec![9, 0, 4, 7], vec![0.5, 1.0, 2.0, 3.0]);
         let s = split(&l, &report).unwrap();
-        assert_eq!(s.parts[0].ids, vec![0]);
+        let node = dpledger_api::split_step::split_step(&l.ranges, &report).unwrap();
+        assert_eq!(s, node);
         assert_eq!(s.parts[2].ids, vec![3, 1]);
-        assert!(s
-            .parts
-            .iter()
-            .all(|p| p.step == 4 && p.sampling_rate == Some(0.25)));
-        let merged = s
-            .merge(
-                &l,
-                &report,
-                &[
-                    outcome(vec![1.0], vec![], true),
-                    outcome(vec![2.0], vec![1], false),
-                    outcome(vec![9.0, 7.0], vec![0, 3], true),
-                ],
-            )
-            .unwrap();
-        assert_eq!(merged.thresholds, vec![9.0, 1.0, 2.0, 7.0]);
-        assert_eq!(merged.retired, vec![4, 6, 9]);
-        assert!(!merged.duplicate && merged.complete);
-        // Empty parts: every shard gets the step.
-        let empty = split(&l, &StepReport::new(5, vec![1], vec![0.1])).unwrap();
-        assert!(empty.parts[1].ids.is_empty() && empty.parts[2].step == 5);
+        let wrong = StepOutcome {
+            step: 3,
+            ..outcome(vec![1.0], vec![], false)
+        };
+        let answers = [wrong.clone(), wrong.clone(), wrong];
+        assert!(matches!(merge(&l, &s, &answers), Err(Error::Decode { .. })));
     }
 
     #[test]
@@ -359,7 +295,7 @@ mod tests {
             })
         };
         let ok = || Ok(outcome(vec![1.0], vec![], false));
-        let e = combine(&l, &s, &report, vec![ok(), refusal(409), ok()]).unwrap_err();
+        let e = combine(&l, &s, vec![ok(), refusal(409), ok()]).unwrap_err();
         assert_eq!(e.problem().unwrap().kind, PARTIALLY_APPLIED);
         // The shard's own id 1 and position 0 as the dataset's id 4 at position 1.
         let detail = &e.problem().unwrap().detail;
@@ -369,13 +305,10 @@ mod tests {
         );
         assert!(detail.contains("id 4 (ids[1]) is pending"), "{detail}");
         // A retryable failure comes first: a retry of the whole completes it.
-        let e = combine(&l, &s, &report, vec![ok(), refusal(409), refusal(503)]).unwrap_err();
+        let e = combine(&l, &s, vec![ok(), refusal(409), refusal(503)]).unwrap_err();
         assert_eq!(e.status(), Some(503));
         // Nothing applied: the refusal itself.
         let all = vec![refusal(400), refusal(400), refusal(400)];
-        assert_eq!(
-            combine(&l, &s, &report, all).unwrap_err().status(),
-            Some(400)
-        );
+        assert_eq!(combine(&l, &s, all).unwrap_err().status(), Some(400));
     }
 }

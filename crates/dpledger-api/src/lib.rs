@@ -16,7 +16,8 @@
 //! * [`status`]: the parts of a dataset's status both sides read (a step in
 //!   progress, the individual filter's budgets);
 //! * [`shard_rule`]: the rule that splits a step's batch over a sharded
-//!   dataset's shards;
+//!   dataset's shards, and [`split_step`]: a step report split by it and its
+//!   shards' answers merged back;
 //! * [`config`]: a dataset's configuration (and the RDP-to-DP
 //!   [`config::Conversion`] its queries name), with the pure rules that read
 //!   it;
@@ -52,6 +53,7 @@ pub mod null_inf;
 pub mod problem;
 pub mod release;
 pub mod shard_rule;
+pub mod split_step;
 pub mod status;
 pub mod step;
 pub mod storage;

@@ -5,8 +5,9 @@
 //! crate.
 //! Both must cut a report into identical parts, so that a part sent by the
 //! client and the same part cut by a node (a retry through another path) are
-//! one content to the shard: exactly once per part. Standard library only (it
-//! works on plain id and norm slices, not on the protocol's messages).
+//! one content to the shard: exactly once per part. It works on plain id and
+//! norm slices; [`crate::split_step`] applies it to the step protocol's
+//! messages.
 //!
 //! Shard `s` holds the ids `ranges[s]`; it gets the report's ids of its range
 //! as its own ids (`id - ranges[s].start`), in the report's order, with their

@@ -13,6 +13,7 @@
 //! it is answered [`EngineError::PartiallyApplied`], naming both.
 
 use super::coordinator::{Coordinator, Target};
+use super::split::{merge_refresh, merge_step};
 use super::{merge_status, split_range, split_step, Credential, Peers, RefreshPart, ShardCall};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::queries::{ExampleQuery, IdRange, PrivacyQuery};
@@ -204,7 +205,7 @@ impl Coordinator {
         let mut answers = self.gather(parts).await;
         let Some(i) = first_failure(&answers) else {
             let outcomes = answers.into_iter().collect::<EngineResult<Vec<_>>>()?;
-            return split.merge(&self.layout, &outcomes);
+            return merge_step(&split, &self.layout, &outcomes);
         };
         let applied: Vec<String> = answers
             .iter()
@@ -216,7 +217,7 @@ impl Coordinator {
         if refused.is_retryable() || applied.is_empty() {
             return Err(refused);
         }
-        let detail = split.dataset_detail(&self.layout, i, &refused.to_string());
+        let detail = split.dataset_detail(&self.layout.ranges, i, &refused.to_string());
         let range = &self.layout.ranges[i];
         Err(EngineError::PartiallyApplied(format!(
             "the step was applied in part: shard {:?} (the dataset's ids {} to {}) refused its \
@@ -256,7 +257,7 @@ impl Coordinator {
             })
             .collect();
         let answers = self.all(parts).await?;
-        split.merge_refresh(&self.layout, &answers)
+        merge_refresh(&split, &self.layout, &answers)
     }
 
     /// The dataset's view: its shards' statuses merged, the worst case of
