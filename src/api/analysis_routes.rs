@@ -8,84 +8,29 @@ use super::extract::{ApiPath, ApiQuery, Auth};
 use super::problem::{ApiResult, Problem};
 use super::state::AppState;
 use crate::accounting::data_dependent::{Analysis, ExampleView, Rounding};
-use crate::accounting::Conversion;
 use crate::engine::DataDependentRequest;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Deserialize;
+use dpledger_api::analysis::AnalysisQuery;
 use std::sync::Arc;
-use utoipa::IntoParams;
 
 type S = State<Arc<AppState>>;
 
-/// Which runs to analyse, and how.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct AnalysisQuery {
-    /// Comma-separated dataset ids of the runs (at least 2, distinct), runs of one
-    /// configuration whose trainers sent full-batch refreshes at checkpoints.
-    pub runs: String,
-    /// Comma-separated Rényi orders (default: the 64 ledger orders).
-    pub alpha: Option<String>,
-    /// Hölder exponent `p > 1` (default `3 × steps`, as the seed's authors).
-    pub holder: Option<f64>,
-    /// Delta in (0, 1) (default: the runs' reporting delta when they agree).
-    pub delta: Option<f64>,
-    /// `improved` (default) or `classic`.
-    pub conversion: Option<String>,
-    /// Round step orders up to the grid `order_ratio^k` (default 1.01; `1` with
-    /// `level_stride=1` is the exact evaluation). Rounding only loosens.
-    pub order_ratio: Option<f64>,
-    /// Round sensitivity levels up to multiples of this (default 1).
-    pub level_stride: Option<u32>,
-}
-
-impl AnalysisQuery {
-    /// The run ids, in order.
-    fn run_ids(&self) -> Vec<String> {
-        self.runs
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect()
-    }
-
-    /// The engine's request (for `example`, or every example).
-    fn request(&self, example: Option<u64>) -> ApiResult<DataDependentRequest> {
-        let orders = match &self.alpha {
-            None => None,
-            Some(text) => Some(
-                text.split(',')
-                    .map(|s| s.trim().parse::<f64>())
-                    .collect::<Result<Vec<f64>, _>>()
-                    .map_err(|e| {
-                        Problem::bad_request(format!(
-                            "alpha: expected comma-separated numbers ({e})"
-                        ))
-                        .with_field("alpha")
-                    })?,
-            ),
-        };
-        let conversion = match self.conversion.as_deref() {
-            None => Conversion::default(),
-            Some(text) => text.parse().map_err(|e: String| {
-                Problem::bad_request(format!("invalid conversion: {e}")).with_field("conversion")
-            })?,
-        };
-        Ok(DataDependentRequest {
-            runs: self.run_ids(),
-            orders,
-            holder: self.holder,
-            delta: self.delta,
-            conversion,
-            rounding: Rounding {
-                order_ratio: self.order_ratio.unwrap_or(Rounding::FAST.order_ratio),
-                level_stride: self.level_stride.unwrap_or(Rounding::FAST.level_stride),
-            },
-            example,
-        })
+/// The engine's request for the analysis `query` asks (for `example`, or
+/// every example).
+fn request(query: AnalysisQuery, example: Option<u64>) -> DataDependentRequest {
+    DataDependentRequest {
+        runs: query.runs,
+        orders: query.alpha,
+        holder: query.holder,
+        delta: query.delta,
+        conversion: query.conversion.unwrap_or_default(),
+        rounding: Rounding {
+            order_ratio: query.order_ratio.unwrap_or(Rounding::FAST.order_ratio),
+            level_stride: query.level_stride.unwrap_or(Rounding::FAST.level_stride),
+        },
+        example,
     }
 }
 
@@ -119,12 +64,13 @@ async fn data_dependent_analysis(
     query: ApiQuery<AnalysisQuery>,
 ) -> ApiResult<Json<Analysis>> {
     role_in(&claims, &[Role::Curator])?;
-    let q = query.parse()?;
-    for run in q.run_ids() {
-        claims.authorize(Access::Curate(&run))?;
+    let query = query.parse()?;
+    for run in &query.runs {
+        claims.authorize(Access::Curate(run))?;
     }
-    let request = q.request(None)?;
-    Ok(Json(state.engine.data_dependent(request).await?))
+    Ok(Json(
+        state.engine.data_dependent(request(query, None)).await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/v1/analyses/data-dependent/examples/{example}", tag = "privacy",
@@ -144,12 +90,14 @@ async fn data_dependent_example(
     query: ApiQuery<AnalysisQuery>,
 ) -> ApiResult<Json<ExampleView>> {
     role_in(&claims, &[Role::Curator, Role::Owner])?;
-    let q = query.parse()?;
-    for run in q.run_ids() {
-        claims.authorize(Access::Example(&run, example))?;
+    let query = query.parse()?;
+    for run in &query.runs {
+        claims.authorize(Access::Example(run, example))?;
     }
-    let request = q.request(Some(example))?;
-    let analysis = state.engine.data_dependent(request).await?;
+    let analysis = state
+        .engine
+        .data_dependent(request(query, Some(example)))
+        .await?;
     analysis
         .example_view(example)
         .map(Json)

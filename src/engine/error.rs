@@ -128,6 +128,14 @@ pub enum EngineError {
     ShardedUnsupported(String),
 }
 
+/// Shards' answers that do not fit the parts they answer: the engine's
+/// failure (a shard or a peer answered wrongly), never the caller's.
+impl From<dpledger_api::split_step::MismatchedAnswers> for EngineError {
+    fn from(e: dpledger_api::split_step::MismatchedAnswers) -> Self {
+        EngineError::Internal(e.to_string())
+    }
+}
+
 impl EngineError {
     /// A conflict without a field.
     pub(crate) fn conflict(detail: impl Into<String>) -> Self {

@@ -80,23 +80,6 @@ pub fn split(layout: &ShardLayout, report: &StepReport) -> Result<SplitReport> {
         .map_err(|e| Error::InvalidRequest(format!("step {}: {}: {e}", report.step, e.field())))
 }
 
-/// The dataset's answer from the shards' answers (in shard order), merged as
-/// a node merges them ([`SplitReport::merge`]); answers that do not fit the
-/// parts are a malformed answer.
-fn merge(
-    layout: &ShardLayout,
-    split: &SplitReport,
-    answers: &[StepOutcome],
-) -> Result<StepOutcome> {
-    split
-        .merge(&layout.ranges, answers)
-        .map_err(|e| Error::Decode {
-            endpoint: "POST /v1/datasets/{shard}/steps".into(),
-            status: 200,
-            message: format!("the shards' answers do not match the parts of the step: {e}"),
-        })
-}
-
 /// The answer for the whole report from each part's result: the merged
 /// outcome; else the first failure that may be retried as a whole (a
 /// transport error or a 5xx: the parts that were applied answer a retry as
@@ -108,8 +91,16 @@ pub(crate) fn combine(
     results: Vec<Result<StepOutcome>>,
 ) -> Result<StepOutcome> {
     if results.iter().all(|r| r.is_ok()) {
+        // Merged as a node merges them; answers that do not fit the parts
+        // are a malformed answer.
         let answers: Vec<StepOutcome> = results.into_iter().flatten().collect();
-        return merge(layout, split, &answers);
+        return split
+            .merge(&layout.ranges, &answers)
+            .map_err(|e| Error::Decode {
+                endpoint: "POST /v1/datasets/{shard}/steps".into(),
+                status: 200,
+                message: format!("the shards' answers do not match the parts of the step: {e}"),
+            });
     }
     let retryable = |r: &Result<StepOutcome>| match r {
         Ok(_) => false,
@@ -254,8 +245,11 @@ mod tests {
             step: 3,
             ..outcome(vec![1.0], vec![], false)
         };
-        let answers = [wrong.clone(), wrong.clone(), wrong];
-        assert!(matches!(merge(&l, &s, &answers), Err(Error::Decode { .. })));
+        let answers = vec![Ok(wrong.clone()), Ok(wrong.clone()), Ok(wrong)];
+        assert!(matches!(
+            combine(&l, &s, answers),
+            Err(Error::Decode { .. })
+        ));
     }
 
     #[test]

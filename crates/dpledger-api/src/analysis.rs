@@ -5,7 +5,111 @@
 //! document names these types `DataDependent*`.
 
 use crate::config::Conversion;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Which runs to analyse, and how: the query string of
+/// `GET /v1/analyses/data-dependent` (lists comma-separated), read by the
+/// server and written by the Rust client ([`AnalysisQuery::pairs`]).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisQuery {
+    /// Comma-separated dataset ids of the runs (at least 2, distinct), runs of one
+    /// configuration whose trainers sent full-batch refreshes at checkpoints.
+    #[serde(deserialize_with = "comma_separated")]
+    #[cfg_attr(feature = "openapi", param(value_type = String))]
+    pub runs: Vec<String>,
+    /// Comma-separated Rényi orders (default: the 64 ledger orders).
+    #[serde(default, deserialize_with = "comma_separated_numbers")]
+    #[cfg_attr(feature = "openapi", param(value_type = Option<String>))]
+    pub alpha: Option<Vec<f64>>,
+    /// Hölder exponent `p > 1` (default `3 × steps`, as Thudi et al.).
+    pub holder: Option<f64>,
+    /// Delta in (0, 1) (default: the runs' reporting delta when they agree).
+    pub delta: Option<f64>,
+    /// `improved` (default) or `classic`.
+    #[cfg_attr(feature = "openapi", param(value_type = Option<String>))]
+    pub conversion: Option<Conversion>,
+    /// Round step orders up to the grid `order_ratio^k` (default 1.01; `1` with
+    /// `level_stride=1` is the exact evaluation). Rounding only loosens.
+    pub order_ratio: Option<f64>,
+    /// Round sensitivity levels up to multiples of this (default 1).
+    pub level_stride: Option<u32>,
+}
+
+impl AnalysisQuery {
+    /// The runs, with every other parameter at the server's default.
+    pub fn runs<S: Into<String>>(runs: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            runs: runs.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The exact evaluation (no rounding of orders or levels).
+    pub fn exact(mut self) -> Self {
+        self.order_ratio = Some(1.0);
+        self.level_stride = Some(1);
+        self
+    }
+
+    /// The query string's pairs, as the server reads them back (numbers in
+    /// exponent notation, so that none loses a digit).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let join = |v: &[f64]| {
+            v.iter()
+                .map(|a| format!("{a:e}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut out = vec![("runs", self.runs.join(","))];
+        if let Some(a) = &self.alpha {
+            out.push(("alpha", join(a)));
+        }
+        if let Some(p) = self.holder {
+            out.push(("holder", format!("{p:e}")));
+        }
+        if let Some(d) = self.delta {
+            out.push(("delta", format!("{d:e}")));
+        }
+        if let Some(c) = self.conversion {
+            out.push(("conversion", c.as_str().to_string()));
+        }
+        if let Some(r) = self.order_ratio {
+            out.push(("order_ratio", format!("{r:e}")));
+        }
+        if let Some(s) = self.level_stride {
+            out.push(("level_stride", s.to_string()));
+        }
+        out
+    }
+}
+
+/// The items of a comma-separated list, trimmed, empty ones left out.
+fn items(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn comma_separated<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(items(&String::deserialize(d)?)
+        .map(str::to_string)
+        .collect())
+}
+
+fn comma_separated_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    items(&text)
+        .map(|s| {
+            s.parse::<f64>().map_err(|e| {
+                serde::de::Error::custom(format!("expected comma-separated numbers ({e})"))
+            })
+        })
+        .collect::<Result<Vec<f64>, _>>()
+        .map(Some)
+}
 
 /// The data-independent accountant on the same steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,5 +327,42 @@ impl Analysis {
             boundaries,
             example,
         })
+    }
+}
+
+#[cfg(test)]
+mod query_tests {
+    use super::*;
+
+    fn read(query: &str) -> Result<AnalysisQuery, serde_urlencoded::de::Error> {
+        serde_urlencoded::from_str(query)
+    }
+
+    /// What the client writes, the server reads back exactly.
+    #[test]
+    fn a_query_reads_back_as_it_was_written() {
+        let query = AnalysisQuery {
+            alpha: Some(vec![1.5, 2.0, 64.0]),
+            holder: Some(3.0),
+            delta: Some(1e-5),
+            conversion: Some(Conversion::Classic),
+            ..AnalysisQuery::runs(["r1", "r2"]).exact()
+        };
+        let text = serde_urlencoded::to_string(query.pairs()).unwrap();
+        assert_eq!(read(&text).unwrap(), query);
+        let plain = AnalysisQuery::runs(["a", "b", "c"]);
+        let text = serde_urlencoded::to_string(plain.pairs()).unwrap();
+        assert_eq!(read(&text).unwrap(), plain);
+    }
+
+    #[test]
+    fn lists_are_trimmed_and_bad_parameters_refused() {
+        let q = read("runs=r1,%20r2,&alpha=2,%203").unwrap();
+        assert_eq!(q.runs, vec!["r1", "r2"]);
+        assert_eq!(q.alpha, Some(vec![2.0, 3.0]));
+        assert!(read("runs=r1,r2&alpha=two").is_err());
+        assert!(read("runs=r1,r2&conversion=best").is_err());
+        assert!(read("runs=r1,r2&colour=red").is_err());
+        assert!(read("delta=1e-5").is_err());
     }
 }

@@ -13,7 +13,6 @@
 //! it is answered [`EngineError::PartiallyApplied`], naming both.
 
 use super::coordinator::{Coordinator, Target};
-use super::split::{merge_refresh, merge_step};
 use super::{merge_status, split_range, split_step, Credential, Peers, RefreshPart, ShardCall};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::queries::{ExampleQuery, IdRange, PrivacyQuery};
@@ -205,7 +204,7 @@ impl Coordinator {
         let mut answers = self.gather(parts).await;
         let Some(i) = first_failure(&answers) else {
             let outcomes = answers.into_iter().collect::<EngineResult<Vec<_>>>()?;
-            return merge_step(&split, &self.layout, &outcomes);
+            return Ok(split.merge(&self.layout.ranges, &outcomes)?);
         };
         let applied: Vec<String> = answers
             .iter()
@@ -257,7 +256,7 @@ impl Coordinator {
             })
             .collect();
         let answers = self.all(parts).await?;
-        merge_refresh(&split, &self.layout, &answers)
+        Ok(split.merge_refresh(&self.layout.ranges, &answers)?)
     }
 
     /// The dataset's view: its shards' statuses merged, the worst case of

@@ -10,7 +10,7 @@
 
 use super::layout::ShardLayout;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::ledger::{check_norms, LedgerStatus, RefreshOutcome, StepOutcome, StepReport};
+use crate::ledger::{check_norms, LedgerStatus, StepReport};
 use std::ops::Range;
 
 pub use dpledger_api::split_step::SplitStep;
@@ -32,31 +32,6 @@ pub fn split_step(layout: &ShardLayout, report: &StepReport) -> EngineResult<Spl
     check_norms(&report.norms).map_err(|e| bad("norms", e.reason))?;
     dpledger_api::split_step::split_step(&layout.ranges, report)
         .map_err(|e| bad(e.field(), e.to_string()))
-}
-
-/// The dataset's answer to a step from its shards' answers (in shard order;
-/// [`SplitStep::merge`]); answers that do not fit their parts are the
-/// engine's failure, never the caller's.
-pub fn merge_step(
-    split: &SplitStep,
-    layout: &ShardLayout,
-    answers: &[StepOutcome],
-) -> EngineResult<StepOutcome> {
-    split
-        .merge(&layout.ranges, answers)
-        .map_err(|e| EngineError::Internal(e.to_string()))
-}
-
-/// The dataset's answer to a refresh from its shards' answers (in shard
-/// order; [`SplitStep::merge_refresh`]).
-pub fn merge_refresh(
-    split: &SplitStep,
-    layout: &ShardLayout,
-    answers: &[RefreshOutcome],
-) -> EngineResult<RefreshOutcome> {
-    split
-        .merge_refresh(&layout.ranges, answers)
-        .map_err(|e| EngineError::Internal(e.to_string()))
 }
 
 /// The parts of ids `start..end` of the dataset held by each shard that has
@@ -96,6 +71,7 @@ pub fn merge_status(shards: &[LedgerStatus]) -> Option<LedgerStatus> {
 mod tests {
     use super::*;
     use crate::engine::sharding::shard_ranges;
+    use crate::ledger::StepOutcome;
 
     fn layout(n: u64, k: u32) -> ShardLayout {
         ShardLayout {
@@ -137,9 +113,10 @@ mod tests {
             retired: vec![],
             refresh_due: None,
         };
+        let refused = split.merge(&l.ranges, &[wrong.clone(), wrong]).unwrap_err();
         assert!(matches!(
-            merge_step(&split, &l, &[wrong.clone(), wrong]),
-            Err(EngineError::Internal(_))
+            EngineError::from(refused),
+            EngineError::Internal(_)
         ));
     }
 
