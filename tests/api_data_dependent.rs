@@ -233,6 +233,12 @@ fn only_curators_of_every_run_and_owners_of_the_example_read_it() {
     refused(get(&url, Some(&one_run)), "curator of one run");
     let two_runs = s.server.token_for("curator", &["r1", "r2"], None);
     refused(get(&url, Some(&two_runs)), "curator of two of three runs");
+    // Refused whatever the rest of the query says: the runs are authorised
+    // before the orders and the conversion are read.
+    refused(
+        get(&format!("{url}&alpha=two&conversion=best"), Some(&two_runs)),
+        "curator of two of three runs, malformed query",
+    );
     for role in ["viewer", "trainer"] {
         let t = s.server.token_for(role, &["r1", "r2", "r3"], None);
         refused(get(&url, Some(&t)), role);

@@ -64,10 +64,10 @@ async fn data_dependent_analysis(
     query: ApiQuery<AnalysisQuery>,
 ) -> ApiResult<Json<Analysis>> {
     role_in(&claims, &[Role::Curator])?;
-    let query = query.parse()?;
-    for run in &query.runs {
-        claims.authorize(Access::Curate(run))?;
+    for run in AnalysisQuery::run_ids(&query.param("runs").unwrap_or_default()) {
+        claims.authorize(Access::Curate(&run))?;
     }
+    let query = query.parse()?;
     Ok(Json(
         state.engine.data_dependent(request(query, None)).await?,
     ))
@@ -90,10 +90,10 @@ async fn data_dependent_example(
     query: ApiQuery<AnalysisQuery>,
 ) -> ApiResult<Json<ExampleView>> {
     role_in(&claims, &[Role::Curator, Role::Owner])?;
-    let query = query.parse()?;
-    for run in &query.runs {
-        claims.authorize(Access::Example(run, example))?;
+    for run in AnalysisQuery::run_ids(&query.param("runs").unwrap_or_default()) {
+        claims.authorize(Access::Example(&run, example))?;
     }
+    let query = query.parse()?;
     let analysis = state
         .engine
         .data_dependent(request(query, Some(example)))

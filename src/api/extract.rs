@@ -93,6 +93,17 @@ impl<T, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
+impl<T> ApiQuery<T> {
+    /// The value of parameter `name` (its first occurrence), unvalidated:
+    /// what a handler reads to authorise the objects a query names (the runs
+    /// of an analysis) before it parses the rest.
+    pub fn param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.raw.as_deref()?.as_bytes())
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+    }
+}
+
 impl<T: DeserializeOwned> ApiQuery<T> {
     /// Decode the query; call only after authorising. A malformed one is a 400
     /// naming the parameter at fault (`field`).

@@ -2,8 +2,9 @@
 //! dataset this node does not serve is forwarded to the owner (body streamed,
 //! bounded timeout, `Authorization` passed through: the owner authorises it),
 //! or refused with the retryable `503 not-owner` and `Retry-After`; a
-//! creation is sent to the node placement chooses (most free memory), or
-//! coordinated here when it is sharded. A sharded dataset's requests are
+//! creation is sent to the node placement chooses (most free memory), unless
+//! it is sharded (its handler here coordinates it) or malformed (refused
+//! here). A sharded dataset's requests are
 //! answered by the handlers here (the engine reaches its shards), except a
 //! read of its release book, routed as its first shard's. It only routes:
 //! what a request does is its handler's.
@@ -130,11 +131,12 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         if let Some(id) = creation_id(&bytes) {
             node.forget_absent(&id);
         }
-        let sharded = is_sharded_creation(&bytes, state.limits.max_shard_examples);
+        let placed = is_placed_creation(&bytes, state.limits.max_shard_examples);
         request = Request::from_parts(parts, Body::from(bytes));
         // A sharded creation is coordinated by the node that receives it
-        // (its handler); any other goes where placement puts it.
-        if let (false, Some(target)) = (sharded, node.placement()) {
+        // (its handler), and a malformed one refused here; any other goes
+        // where placement puts it.
+        if let (true, Some(target)) = (placed, node.placement()) {
             let target = OwnerRef {
                 node_id: target.node_id,
                 advertise: target.advertise,
@@ -289,11 +291,11 @@ fn creation_id(body: &[u8]) -> Option<String> {
     value.get("id")?.as_str().map(str::to_string)
 }
 
-/// Whether a creation's body makes a sharded dataset, as its handler decides
-/// ([`CreateDataset::is_sharded`]); a body that does not parse is not (it is
-/// refused wherever it goes).
-fn is_sharded_creation(body: &[u8], bound: u64) -> bool {
-    serde_json::from_slice::<CreateDataset>(body).is_ok_and(|b| b.is_sharded(bound))
+/// Whether a creation goes where placement puts it: its body parses and makes
+/// one ledger, as its handler decides ([`CreateDataset::is_sharded`]). A
+/// sharded one is coordinated here, and a malformed one refused here.
+fn is_placed_creation(body: &[u8], bound: u64) -> bool {
+    serde_json::from_slice::<CreateDataset>(body).is_ok_and(|b| !b.is_sharded(bound))
 }
 
 fn too_large() -> Response {

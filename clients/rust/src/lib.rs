@@ -40,6 +40,7 @@ pub mod retry;
 mod session;
 pub mod shard;
 pub use dpledger_api::shard_rule;
+pub use dpledger_api::split_step;
 pub mod tensorboard;
 pub mod trace;
 mod types;

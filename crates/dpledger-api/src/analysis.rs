@@ -86,24 +86,30 @@ impl AnalysisQuery {
     }
 }
 
-/// The items of a comma-separated list, trimmed, empty ones left out.
-fn items(text: &str) -> impl Iterator<Item = &str> {
-    text.split(',').map(str::trim).filter(|s| !s.is_empty())
+impl AnalysisQuery {
+    /// The run ids a `runs` parameter names: its comma-separated items,
+    /// trimmed, empty ones left out. The server reads them before it
+    /// validates the rest of the query, to authorise the caller first.
+    pub fn run_ids(text: &str) -> Vec<String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 fn comma_separated<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    Ok(items(&String::deserialize(d)?)
-        .map(str::to_string)
-        .collect())
+    Ok(AnalysisQuery::run_ids(&String::deserialize(d)?))
 }
 
 fn comma_separated_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
     let Some(text) = Option::<String>::deserialize(d)? else {
         return Ok(None);
     };
-    items(&text)
+    text.split(',')
         .map(|s| {
-            s.parse::<f64>().map_err(|e| {
+            s.trim().parse::<f64>().map_err(|e| {
                 serde::de::Error::custom(format!("expected comma-separated numbers ({e})"))
             })
         })
@@ -361,6 +367,9 @@ mod query_tests {
         assert_eq!(q.runs, vec!["r1", "r2"]);
         assert_eq!(q.alpha, Some(vec![2.0, 3.0]));
         assert!(read("runs=r1,r2&alpha=two").is_err());
+        // Every order is a number: an empty item is not left out.
+        assert!(read("runs=r1,r2&alpha=2,,3").is_err());
+        assert!(read("runs=r1,r2&alpha=").is_err());
         assert!(read("runs=r1,r2&conversion=best").is_err());
         assert!(read("runs=r1,r2&colour=red").is_err());
         assert!(read("delta=1e-5").is_err());

@@ -5,7 +5,8 @@
 //! has a caller (`docs/cluster.md`, "Node-to-node authentication"); a
 //! sharded dataset's steps, refreshes and reads are the shard's own endpoints
 //! with the caller's credential (the owner authorises it for its shard), a
-//! step's part in the binary encoding.
+//! step's part in the binary encoding; a shard's creation is the ordinary
+//! `POST /v1/datasets` with the caller's (administrator's) credential.
 //! The engine calls the shards this node owns itself; it sends only the rest
 //! here. An owner's refusal comes back to the engine as it was answered
 //! ([`EngineError::Peer`]), so that the caller hears what the owner said.

@@ -38,8 +38,10 @@ pub struct ShardCreation {
 pub enum ShardCreated {
     /// Created now.
     Created,
-    /// It existed already (a retried creation; the layout it was created for
-    /// is the one recorded, so its content is the same).
+    /// Its name is taken already (a retried creation). Its content is the
+    /// one asked: the creation was derived from the recorded layout, which
+    /// the node that made it checked it against; the view read at the end
+    /// of the creation reaches every shard.
     Existed,
     /// Its node could not be reached at all: nothing was sent.
     Unreached,
@@ -62,8 +64,7 @@ impl Engine {
         credential: Option<Credential>,
     ) -> EngineResult<DatasetView> {
         let node = self.node()?;
-        let config = check_creation(id, config, &setup)?;
-        let k = shards_for(&config, shards, bound)?;
+        let (config, k) = check_creation(id, config, (shards, bound), &setup)?;
         // The policy (validated as the shards will see it) is part of the
         // layout, which every shard's creation must match: every shard's book
         // holds it from its first record.
@@ -142,21 +143,25 @@ impl Engine {
             .await
         {
             Ok(_) => Ok(ShardCreated::Created),
-            // It exists (a retried creation): `Conflict` is how the engine
-            // refuses a taken name, here or on another node.
+            // A taken name (a retried creation): the only conflict a
+            // creation derived from the recorded layout meets (see
+            // `ShardCreated::Existed`).
             Err(EngineError::Conflict { .. }) => Ok(ShardCreated::Existed),
             Err(e) => Err(e),
         }
     }
 }
 
-/// Checks what a sharded creation asks for before anything is recorded, and
-/// gives its configuration with the creation defaults made explicit.
+/// Checks what a sharded creation asks for before anything is recorded
+/// (`shards` asked for, and the cluster's `bound` of examples per shard), and
+/// gives its configuration with the creation defaults made explicit and its
+/// number of shards.
 fn check_creation(
     id: &str,
     config: DatasetConfig,
+    (shards, bound): (Option<u32>, u64),
     setup: &DatasetSetup,
-) -> EngineResult<DatasetConfig> {
+) -> EngineResult<(DatasetConfig, u32)> {
     let bad = |detail: &str, field| EngineError::BadRequest {
         detail: detail.to_string(),
         field: Some(field),
@@ -182,6 +187,7 @@ fn check_creation(
             "label_budgets",
         ));
     }
+    let k = shards_for(&config, shards, bound)?;
     let n = config.examples;
     if let Some(labels) = &setup.labels {
         if labels.len() as u64 > n {
@@ -199,7 +205,7 @@ fn check_creation(
         };
         Labels::default().check(n, &whole)?;
     }
-    Ok(config)
+    Ok((config, k))
 }
 
 /// The labels of the ids in `range` (none when the labels end before it).
@@ -241,21 +247,26 @@ mod tests {
             release_budget: Some(1.0),
             ..DatasetSetup::default()
         };
-        let refused = check_creation("d", config(10), &budget).unwrap_err();
+        let refused = check_creation("d", config(10), (None, 100), &budget).unwrap_err();
         assert_eq!(field(refused), Some("release_budget"));
-        let refused = check_creation("d~0", config(10), &DatasetSetup::default()).unwrap_err();
+        let refused =
+            check_creation("d~0", config(10), (None, 100), &DatasetSetup::default()).unwrap_err();
         assert_eq!(field(refused), Some("id"));
         let long = DatasetSetup {
             labels: Some(labels(11)),
             ..DatasetSetup::default()
         };
-        let refused = check_creation("d", config(10), &long).unwrap_err();
+        let refused = check_creation("d", config(10), (None, 100), &long).unwrap_err();
         assert_eq!(field(refused), Some("labels"));
         let fine = DatasetSetup {
             labels: Some(labels(10)),
             ..DatasetSetup::default()
         };
-        let made = check_creation("d", config(10), &fine).expect("a valid creation");
+        let refused = check_creation("d", config(10), (Some(11), 100), &fine).unwrap_err();
+        assert_eq!(field(refused), Some("shards"));
+        let (made, k) =
+            check_creation("d", config(10), (None, 4), &fine).expect("a valid creation");
         assert!(made.thresholds.is_some(), "creation defaults made explicit");
+        assert_eq!(k, 3, "one shard per 4 examples");
     }
 }
