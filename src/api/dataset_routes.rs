@@ -195,6 +195,11 @@ async fn create_dataset(
                     .with_field("shards"),
             )
         }
+        None => {
+            if let Some(bound) = state.limits.single_max_examples {
+                crate::engine::sharding::check_single_ledger(&body.config, bound)?;
+            }
+        }
         // Coordinated here, and run to its end even if the caller goes.
         Some(_) if sharded => {
             let (st, id, config, shards) = (state.clone(), body.id, body.config, body.shards);
@@ -206,10 +211,7 @@ async fn create_dataset(
             .await?;
             return Ok((StatusCode::CREATED, Json(view)));
         }
-        _ => {}
-    }
-    if let (None, Some(bound)) = (state.engine.cluster(), state.limits.single_max_examples) {
-        crate::engine::sharding::check_single_ledger(&body.config, bound)?;
+        Some(_) => {}
     }
     let (st, id, config) = (state.clone(), body.id.clone(), body.config);
     run_to_completion(async move {

@@ -127,15 +127,16 @@ pub async fn route_to_owner(State(state): S, request: Request, next: Next) -> Re
         let Ok(bytes) = axum::body::to_bytes(body, state.limits.max_body_bytes).await else {
             return too_large();
         };
+        let creation = serde_json::from_slice::<CreateDataset>(&bytes).ok();
         // A name asked for moments ago and found absent exists from now on.
-        if let Some(id) = creation_id(&bytes) {
-            node.forget_absent(&id);
+        if let Some(creation) = &creation {
+            node.forget_absent(&creation.id);
         }
-        let placed = is_placed_creation(&bytes, state.limits.max_shard_examples);
-        request = Request::from_parts(parts, Body::from(bytes));
         // A sharded creation is coordinated by the node that receives it
         // (its handler), and a malformed one refused here; any other goes
         // where placement puts it.
+        let placed = creation.is_some_and(|c| !c.is_sharded(state.limits.max_shard_examples));
+        request = Request::from_parts(parts, Body::from(bytes));
         if let (true, Some(target)) = (placed, node.placement()) {
             let target = OwnerRef {
                 node_id: target.node_id,
@@ -283,19 +284,6 @@ async fn absent(request: Request, next: Next, id: &str) -> Response {
         return Problem::not_found(format!("no dataset {id:?}")).into_response();
     }
     response
-}
-
-/// The dataset id a creation's body names, if it can be read.
-fn creation_id(body: &[u8]) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    value.get("id")?.as_str().map(str::to_string)
-}
-
-/// Whether a creation goes where placement puts it: its body parses and makes
-/// one ledger, as its handler decides ([`CreateDataset::is_sharded`]). A
-/// sharded one is coordinated here, and a malformed one refused here.
-fn is_placed_creation(body: &[u8], bound: u64) -> bool {
-    serde_json::from_slice::<CreateDataset>(body).is_ok_and(|b| !b.is_sharded(bound))
 }
 
 fn too_large() -> Response {

@@ -65,17 +65,8 @@ pub use dpledger_api::split_step::SplitStep as SplitReport;
 /// a norm that is not finite or negative (the ledger's rule), an id twice and
 /// an id outside the dataset.
 pub fn split(layout: &ShardLayout, report: &StepReport) -> Result<SplitReport> {
-    if let Some((j, g)) = report
-        .norms
-        .iter()
-        .enumerate()
-        .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
-    {
-        return Err(Error::InvalidRequest(format!(
-            "step {}: norms[{j}] = {g}: every norm must be a finite number >= 0",
-            report.step
-        )));
-    }
+    dpledger_api::step::check_norms(&report.norms)
+        .map_err(|e| Error::InvalidRequest(format!("step {}: {}", report.step, e.reason)))?;
     dpledger_api::split_step::split_step(&layout.ranges, report)
         .map_err(|e| Error::InvalidRequest(format!("step {}: {}: {e}", report.step, e.field())))
 }

@@ -5,6 +5,7 @@
 //! computed alike on both. The doc comments are also the descriptions of the
 //! server's OpenAPI document (feature `openapi`).
 
+use crate::error::InvalidArgument;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use xxhash_rust::xxh3::Xxh3;
@@ -103,6 +104,24 @@ impl StepReport {
             h.update(&buf[..chunk.len() * 8]);
         }
         h.digest()
+    }
+}
+
+/// Refuses a norm that is not a finite number >= 0 (field `norms`): the rule
+/// every reported batch keeps, checked by the ledger and, before any shard
+/// sees a step, wherever a sharded dataset's report is split (a node, or the
+/// Rust client before sending).
+pub fn check_norms(norms: &[f64]) -> Result<(), InvalidArgument> {
+    match norms
+        .iter()
+        .enumerate()
+        .find(|(_, g)| !(g.is_finite() && **g >= 0.0))
+    {
+        Some((j, g)) => Err(InvalidArgument::new(
+            "norms",
+            format!("norms[{j}] = {g}: every norm must be a finite number >= 0"),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -9,7 +9,7 @@
 //! shards that are missing.
 
 use super::changes::check_policy;
-use super::labels::label_names;
+use super::labels::creation_label_names;
 use super::{shard_id, shards_for, Credential, OwnerRef, ShardCall, ShardLayout};
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::DatasetSetup;
@@ -70,7 +70,8 @@ impl Engine {
         // holds it from its first record.
         let mut spec = json!({"config": config, "labels": setup.labels});
         if let Some(policy) = &mut setup.release_policy {
-            check_policy(policy, &label_names(&spec.to_string()))?;
+            let names = creation_label_names(setup.labels.as_deref().unwrap_or_default());
+            check_policy(policy, &names)?;
             spec["release_policy"] = json!(policy);
         }
         let layout = Arc::new(ShardLayout::new(

@@ -53,11 +53,7 @@ pub fn split_labels(
     names: &[String],
 ) -> (Vec<String>, Vec<LabelRecord>) {
     let mut after = names.to_vec();
-    for l in a.labels.iter().flatten() {
-        if !after.contains(l) {
-            after.push(l.clone());
-        }
-    }
+    extend_in_first_use(&mut after, &a.labels);
     let mut records: Vec<LabelRecord> = ranges
         .iter()
         .map(|_| LabelRecord {
@@ -75,21 +71,31 @@ pub fn split_labels(
     (after, records)
 }
 
-/// The label names of a sharded dataset's creation in order of first use,
-/// from its specification: parsed once per layout (`ShardLayout::label_names`);
-/// labels set later extend them ([`dataset_label_names`]).
-pub fn label_names(spec: &str) -> Vec<String> {
-    let spec: serde_json::Value = serde_json::from_str(spec).unwrap_or_default();
-    let Ok(labels) = serde_json::from_value::<Vec<Option<String>>>(spec["labels"].clone()) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = Vec::new();
+/// `names` extended by the labels of `labels` not among them yet, in list
+/// order: the group order one ledger keeps (order of first use).
+fn extend_in_first_use(names: &mut Vec<String>, labels: &[Option<String>]) {
     for l in labels.iter().flatten() {
         if !names.contains(l) {
             names.push(l.clone());
         }
     }
+}
+
+/// The distinct labels of a creation's `labels`, in order of first use.
+pub fn creation_label_names(labels: &[Option<String>]) -> Vec<String> {
+    let mut names = Vec::new();
+    extend_in_first_use(&mut names, labels);
     names
+}
+
+/// The label names of a sharded dataset's creation in order of first use,
+/// from its specification: parsed once per layout (`ShardLayout::label_names`);
+/// labels set later extend them ([`dataset_label_names`]).
+pub fn label_names(spec: &str) -> Vec<String> {
+    let spec: serde_json::Value = serde_json::from_str(spec).unwrap_or_default();
+    serde_json::from_value::<Vec<Option<String>>>(spec["labels"].clone())
+        .map(|labels| creation_label_names(&labels))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
